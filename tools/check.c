@@ -1,0 +1,246 @@
+/* `vmtrack check`: run the scenario suite (test/scenarios/) for every tracker available here and
+ * print scenario x tracker -> caught / STALE / n/a. Exits 1 when a tracker fails a scenario it
+ * claims to cover (stale, error or crash), 0 otherwise. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vmtrack.h>
+
+#include "commands.h"
+#include "../test/scenarios/scenario.h"
+
+/* In the order "auto" prefers them; "none" only when asked for by name (it claims nothing). */
+static const char *const kTrackers[] = {"kmod", "hooks", "uffd", "pass"};
+#define NTRACKERS (sizeof(kTrackers) / sizeof(kTrackers[0]))
+#define MAXSEL 8
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: vmtrack check [--tracker NAME]... [--scenario NAME]... [--timeout SEC]\n"
+            "                     [--json] [--list] [--verbose]\n"
+            "Runs each scenario in a forked child, on a real io_uring fixed-buffer device, for\n"
+            "every tracker available here (kmod, hooks, uffd, pass; \"none\" only by name).\n"
+            "Exit status: 0 when no tracker failed a scenario it claims to cover, 1 otherwise,\n"
+            "2 on bad usage.\n");
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int known_tracker(const char *t)
+{
+    static const char *const all[] = {"kmod", "hooks", "uffd", "pass", "none"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (!strcmp(all[i], t))
+            return 1;
+    return 0;
+}
+
+struct cell {
+    struct scn_outcome o;
+    int ran;
+    int claimed;
+    int failed;
+};
+
+int vmtrack_cmd_check(int argc, char **argv)
+{
+    const char *trackers[MAXSEL];
+    size_t ntr = 0;
+    const struct scn_scenario *scs[64];
+    size_t nsc = 0;
+    unsigned timeout_s = 30;
+    int json = 0, verbose = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if ((!strcmp(a, "--tracker") || !strcmp(a, "--scenario") || !strcmp(a, "--timeout"))) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vmtrack check: %s needs a value\n", a);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        if (!strcmp(a, "--tracker")) {
+            if (!known_tracker(val)) {
+                fprintf(stderr, "vmtrack check: unknown tracker '%s' (kmod, hooks, uffd, pass, none)\n",
+                        val);
+                return 2;
+            }
+            if (ntr == MAXSEL) {
+                fprintf(stderr, "vmtrack check: too many --tracker\n");
+                return 2;
+            }
+            trackers[ntr++] = val;
+        } else if (!strcmp(a, "--scenario")) {
+            const struct scn_scenario *s = scn_find(val);
+            if (!s) {
+                fprintf(stderr, "vmtrack check: unknown scenario '%s' (see --list)\n", val);
+                return 2;
+            }
+            if (nsc < sizeof(scs) / sizeof(scs[0]))
+                scs[nsc++] = s;
+        } else if (!strcmp(a, "--timeout")) {
+            char *end;
+            unsigned long v = strtoul(val, &end, 10);
+            if (*end || v == 0 || v > 3600) {
+                fprintf(stderr, "vmtrack check: --timeout wants seconds (1-3600), not '%s'\n", val);
+                return 2;
+            }
+            timeout_s = (unsigned)v;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+        } else if (!strcmp(a, "--list")) {
+            for (size_t k = 0; k < scn_scenario_count; k++)
+                printf("%-20s %s\n", scn_scenarios[k].name, scn_scenarios[k].what);
+            return 0;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "vmtrack check: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (ntr == 0)
+        for (size_t k = 0; k < NTRACKERS; k++)
+            trackers[ntr++] = kTrackers[k];
+    if (nsc == 0)
+        for (size_t k = 0; k < scn_scenario_count && k < sizeof(scs) / sizeof(scs[0]); k++)
+            scs[nsc++] = &scn_scenarios[k];
+
+    static struct cell cells[MAXSEL][64];
+    int available[MAXSEL];
+    char why[MAXSEL][240];
+    int failures = 0;
+    for (size_t t = 0; t < ntr; t++) {
+        available[t] = 1;
+        why[t][0] = 0;
+        for (size_t s = 0; s < nsc; s++) {
+            struct cell *c = &cells[t][s];
+            memset(c, 0, sizeof(*c));
+            c->claimed = scn_vmtrack_claims(trackers[t], scs[s]->name);
+            if (!available[t])
+                continue;
+            if (!json && verbose)
+                fprintf(stderr, "vmtrack check: %s / %s ...\n", trackers[t], scs[s]->name);
+            int ret = scn_run(scs[s], &scn_provider_vmtrack, trackers[t], timeout_s * 1000, &c->o);
+            if (ret < 0) {
+                c->o.result = SCN_ERROR;
+                snprintf(c->o.detail, sizeof(c->o.detail), "could not run: %s", strerror(-ret));
+            }
+            c->ran = 1;
+            if (c->o.result == SCN_UNAVAILABLE) {
+                /* The tracker cannot be used here: say why once, never count it as a pass. */
+                available[t] = 0;
+                snprintf(why[t], sizeof(why[t]), "%s", c->o.detail);
+                c->ran = 0;
+                continue;
+            }
+            c->failed = c->claimed && (c->o.result == SCN_STALE || c->o.result == SCN_ERROR ||
+                                       c->o.result == SCN_CRASH);
+            failures += c->failed;
+        }
+    }
+
+    if (json) {
+        printf("{\"version\": ");
+        json_str(stdout, vmt_version());
+        printf(", \"trackers\": [");
+        for (size_t t = 0; t < ntr; t++) {
+            printf("%s{\"name\": ", t ? ", " : "");
+            json_str(stdout, trackers[t]);
+            printf(", \"available\": %s", available[t] ? "true" : "false");
+            if (!available[t]) {
+                printf(", \"reason\": ");
+                json_str(stdout, why[t]);
+            }
+            printf("}");
+        }
+        printf("], \"results\": [");
+        int first = 1;
+        for (size_t t = 0; t < ntr; t++)
+            for (size_t s = 0; s < nsc; s++) {
+                struct cell *c = &cells[t][s];
+                if (!c->ran)
+                    continue;
+                printf("%s\n  {\"scenario\": ", first ? "" : ",");
+                first = 0;
+                json_str(stdout, scs[s]->name);
+                printf(", \"tracker\": ");
+                json_str(stdout, trackers[t]);
+                printf(", \"result\": ");
+                json_str(stdout, scn_result_name(c->o.result));
+                printf(", \"claimed\": %s, \"failed\": %s, \"detail\": ",
+                       c->claimed ? "true" : "false", c->failed ? "true" : "false");
+                json_str(stdout, c->o.detail);
+                printf("}");
+            }
+        printf("\n], \"failures\": %d}\n", failures);
+        return failures ? 1 : 0;
+    }
+
+    printf("%-20s", "scenario");
+    for (size_t t = 0; t < ntr; t++)
+        printf(" %-12s", trackers[t]);
+    printf("\n");
+    for (size_t s = 0; s < nsc; s++) {
+        printf("%-20s", scs[s]->name);
+        for (size_t t = 0; t < ntr; t++) {
+            struct cell *c = &cells[t][s];
+            char buf[32];
+            if (!available[t])
+                snprintf(buf, sizeof(buf), "-");
+            else if (c->o.result == SCN_STALE && !c->claimed)
+                snprintf(buf, sizeof(buf), "stale (nc)");
+            else
+                snprintf(buf, sizeof(buf), "%s%s", scn_result_name(c->o.result),
+                         c->failed ? " !!" : "");
+            printf(" %-12s", buf);
+        }
+        printf("\n");
+    }
+    printf("\n");
+    for (size_t t = 0; t < ntr; t++)
+        if (!available[t])
+            printf("%s: not available here: %s\n", trackers[t], why[t]);
+    int notes = 0;
+    for (size_t t = 0; t < ntr; t++)
+        for (size_t s = 0; s < nsc; s++) {
+            struct cell *c = &cells[t][s];
+            if (!c->ran || c->o.result == SCN_CAUGHT)
+                continue;
+            if (!notes++)
+                printf("notes:\n");
+            printf("  %s / %s: %s%s%s\n", trackers[t], scs[s]->name,
+                   scn_result_name(c->o.result), c->o.detail[0] ? ": " : "", c->o.detail);
+        }
+    printf("legend: caught = new bytes reached the file; STALE = old bytes (stale registration);\n"
+           "        stale (nc) = stale where the tracker does not claim to catch it; n/a = cannot\n"
+           "        be set up here; !! = the tracker claims this scenario and failed it.\n");
+    if (failures)
+        printf("%d failure(s) where the tracker claims to catch the scenario\n", failures);
+    else
+        printf("no tracker failed a scenario it claims to catch\n");
+    return failures ? 1 : 0;
+}
