@@ -1,0 +1,24 @@
+# Open MPI 4.1 rcache component "vmtrack" (mca_rcache_vmtrack.so), built out of tree against
+# Debian's libopenmpi-dev internal headers, and its tests (test/ompi/). See doc/openmpi.md.
+EXTRA_DIST += doc/openmpi.md test/ompi/ompi_info.sh test/ompi/mpirun_rxe.sh
+
+if HAVE_OMPI
+# Open MPI's own headers are not warning-clean under -Wextra: include them as system headers.
+OMPI_INTERNAL_CPPFLAGS = -isystem $(OMPI_PREFIX_INC) -isystem $(OMPI_PREFIX_INC)/openmpi
+OMPI_PAL_LIBS = -L$(OMPI_LIBDIR) -lopen-pal
+OMPI_RPATH = -Wl,-rpath,$(OMPI_LIBDIR)
+
+# `make install` puts the component where Open MPI looks (ompi_info --path pkglibdir);
+# override with `make install OMPI_COMPONENTDIR=...`.
+ompicomponentdir = $(OMPI_COMPONENTDIR)
+ompicomponent_LTLIBRARIES = mca_rcache_vmtrack.la
+mca_rcache_vmtrack_la_SOURCES = \
+	ompi-rcache/rcache_vmtrack.h \
+	ompi-rcache/rcache_vmtrack_component.c \
+	ompi-rcache/rcache_vmtrack_module.c
+mca_rcache_vmtrack_la_CPPFLAGS = $(AM_CPPFLAGS) $(OMPI_INTERNAL_CPPFLAGS)
+mca_rcache_vmtrack_la_LDFLAGS = -module -avoid-version -shared $(OMPI_RPATH)
+mca_rcache_vmtrack_la_LIBADD = libvmtrack.la $(OMPI_PAL_LIBS)
+
+include test/ompi/ompi_tests.mk
+endif

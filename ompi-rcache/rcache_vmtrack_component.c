@@ -1,0 +1,286 @@
+/* Open MPI 4.1 rcache component "vmtrack": component structure, MCA parameters, selection
+ * checks, and the choice of the process-wide cache's tracker. See rcache_vmtrack.h and
+ * doc/openmpi.md. */
+#include "rcache_vmtrack.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "opal/mca/base/base.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/memoryhooks/memory.h"
+#include "opal/runtime/opal_params.h"
+#include "opal/util/output.h"
+
+static int vmt_ompi_register(void);
+static int vmt_ompi_open(void);
+static int vmt_ompi_close(void);
+static mca_rcache_base_module_t *vmt_ompi_init(mca_rcache_base_resources_t *resources);
+
+mca_rcache_vmtrack_component_t mca_rcache_vmtrack_component = {
+    .super = {
+        .rcache_version = {
+            MCA_RCACHE_BASE_VERSION_3_0_0,
+            .mca_component_name = "vmtrack",
+            MCA_BASE_MAKE_VERSION(component, VMT_VERSION_MAJOR, VMT_VERSION_MINOR,
+                                  VMT_VERSION_PATCH),
+            .mca_open_component = vmt_ompi_open,
+            .mca_close_component = vmt_ompi_close,
+            .mca_register_component_params = vmt_ompi_register,
+        },
+        .rcache_data = {
+            MCA_BASE_METADATA_PARAM_CHECKPOINT
+        },
+        .rcache_init = vmt_ompi_init,
+    },
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .output = -1,
+};
+
+#define C mca_rcache_vmtrack_component
+
+static int vmt_ompi_register(void)
+{
+    mca_base_component_t *v = &C.super.rcache_version;
+
+    C.tracker = "auto";
+    (void) mca_base_component_var_register(v, "tracker",
+        "How the process-wide vmtrack cache learns that memory was unmapped: "
+        "auto (kmod if /dev/vmtrack is usable, else none fed by Open MPI's memory hooks), "
+        "kmod (vmtrack.ko: sees every change, no patching), none (Open MPI's memory hooks only), "
+        "hooks or uffd (refused while Open MPI's own memory patcher is active: two patchers), "
+        "pass (nothing cached). The environment variable VMTRACK_TRACKER, when set, wins.",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_4,
+        MCA_BASE_VAR_SCOPE_READONLY, &C.tracker);
+
+    C.max_entries = 0;
+    (void) mca_base_component_var_register(v, "max_entries",
+        "Most registrations the process-wide vmtrack cache keeps (0: vmtrack's default; "
+        "VMTRACK_MAX_ENTRIES wins when set)",
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &C.max_entries);
+
+    C.max_bytes = 0;
+    (void) mca_base_component_var_register(v, "max_bytes",
+        "Most bytes the process-wide vmtrack cache keeps registered (0: derived from "
+        "RLIMIT_MEMLOCK; VMTRACK_MAX_BYTES wins when set)",
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &C.max_bytes);
+
+    C.print_stats = false;
+    (void) mca_base_component_var_register(v, "print_stats",
+        "Print registration statistics (per module and of the shared vmtrack cache) when "
+        "each module is finalized",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_9,
+        MCA_BASE_VAR_SCOPE_READONLY, &C.print_stats);
+
+    C.verbose = 0;
+    (void) mca_base_component_var_register(v, "verbose",
+        "Verbosity of the vmtrack rcache component (0: errors only, 10: decisions, 100: every call)",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9,
+        MCA_BASE_VAR_SCOPE_LOCAL, &C.verbose);
+    return OPAL_SUCCESS;
+}
+
+/* Is component `name` allowed by a framework selection string ("a,b", "^a,b", or empty)? */
+static bool selection_allows(const char *sel, const char *name)
+{
+    if (NULL == sel || '\0' == *sel)
+        return true;
+    bool negate = ('^' == *sel);
+    const char *p = negate ? sel + 1 : sel;
+    size_t n = strlen(name);
+    bool listed = false;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && ' ' == *p) { p++; len--; }
+        while (len && ' ' == p[len - 1]) len--;
+        if (len == n && 0 == strncmp(p, name, n))
+            listed = true;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return negate ? !listed : listed;
+}
+
+/* Value of an MCA string variable: the registered variable if it exists, else the
+ * environment (mpirun passes --mca settings to the processes as OMPI_MCA_*). */
+static const char *mca_string(const char *full_name, const char *project, const char *type,
+                              const char *component, const char *param)
+{
+    int idx = mca_base_var_find(project, type, component, param);
+    if (idx >= 0) {
+        char **value = NULL;
+        if (OPAL_SUCCESS == mca_base_var_get_value(idx, &value, NULL, NULL) && value && *value)
+            return *value;
+    }
+    char env[128];
+    snprintf(env, sizeof(env), "OMPI_MCA_%s", full_name);
+    return getenv(env);
+}
+
+/* `--mca rcache vmtrack` (a selection that leaves grdma out) breaks the BTLs that ask for
+ * grdma by name. openib asks for btl_openib_rcache: if the user left that unset we point it
+ * at vmtrack (its variable is registered after this framework opens, from the environment),
+ * so openib uses vmtrack. ofi (and uct, and vader with knem) hard-code "grdma" in 4.1: say
+ * so, with the fix, before they fail. */
+static void check_selection(void)
+{
+    const char *rsel = mca_string("rcache", "opal", "rcache", NULL, NULL);
+    if (selection_allows(rsel, "grdma"))
+        return;   /* grdma stays available for whoever asks for it */
+
+    const char *bsel = mca_string("btl", "opal", "btl", NULL, NULL);
+    const char *openib_rcache = mca_string("btl_openib_rcache", "opal", "btl", "openib", "rcache");
+    if (selection_allows(bsel, "openib")) {
+        if (NULL == openib_rcache) {
+            setenv("OMPI_MCA_btl_openib_rcache", "vmtrack", 0);
+            opal_output_verbose(10, C.output, "rcache vmtrack: rcache selection \"%s\" leaves out "
+                                "grdma; btl_openib_rcache set to vmtrack", rsel);
+        } else if (!selection_allows(rsel, openib_rcache)) {
+            opal_output(0, "rcache vmtrack: btl openib asks for rcache \"%s\" "
+                        "(btl_openib_rcache), which \"--mca rcache %s\" leaves out, so openib "
+                        "cannot register memory. Fix: --mca btl_openib_rcache vmtrack",
+                        openib_rcache, rsel);
+        }
+    }
+    struct stat st;
+    bool knem = (0 == stat("/dev/knem", &st));
+    const char *hard[] = {"ofi", "uct", knem ? "vader" : NULL};
+    for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++) {
+        if (NULL == hard[i] || !selection_allows(bsel, hard[i]))
+            continue;
+        opal_output(0, "rcache vmtrack: \"--mca rcache %s\" leaves out grdma, but btl %s of "
+                    "Open MPI 4.1 asks for grdma by name and fails without it (ofi aborts with "
+                    "\"cannot create rcache\"). Fix: keep grdma for it with "
+                    "\"--mca rcache vmtrack,grdma --mca btl_openib_rcache vmtrack\", or exclude "
+                    "it with \"--mca btl ^%s\"", rsel, hard[i], hard[i]);
+    }
+}
+
+static int vmt_ompi_open(void)
+{
+    C.output = opal_output_open(NULL);
+    opal_output_set_verbosity(C.output, C.verbose);
+    check_selection();
+    return OPAL_SUCCESS;
+}
+
+static int vmt_ompi_close(void)
+{
+    /* Modules are finalized by the framework before components close. The shared cache
+     * belongs to the process (other libraries may use it): it is never destroyed here. */
+    if (C.output >= 0) {
+        opal_output_close(C.output);
+        C.output = -1;
+    }
+    return OPAL_SUCCESS;
+}
+
+static mca_rcache_base_module_t *vmt_ompi_init(mca_rcache_base_resources_t *resources)
+{
+    return vmt_ompi_module_create(resources);
+}
+
+/* ---- the shared cache and its tracker ---------------------------------------------------- */
+
+static bool opal_patcher_active(void)
+{
+    const int both = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    return both == (opal_mem_hooks_support_level() & both);
+}
+
+/* Would Open MPI's memory hooks call our modules' invalidate_range? They do exactly when
+ * mca_rcache_base_module_create registered mca_rcache_base_mem_cb: leave_pinned (or the
+ * pipeline variant) is not off and the memory framework offers free+munmap events. */
+static bool opal_events_reach_rcache(void)
+{
+    return (0 != opal_leave_pinned || opal_leave_pinned_pipeline) && opal_patcher_active();
+}
+
+static bool kmod_usable(void)
+{
+    struct vmt_cache_opts o = {.sz = sizeof(o), .tracker = "kmod"};
+    struct vmt_cache *c = NULL;
+    if (0 != vmt_cache_create(&o, &c))
+        return false;
+    vmt_cache_destroy(c);
+    return true;
+}
+
+static void set_env_size(const char *name, unsigned long v)
+{
+    if (0 == v || getenv(name))
+        return;
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%lu", v);
+    setenv(name, buf, 0);
+}
+
+/* Called under C.lock by the first module creation (and again by later ones, cheaply):
+ * create vmt_shared() with the tracker the parameters ask for, and decide how modules keep
+ * registrations. 0, or a negative errno with why[] filled. */
+int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
+{
+    if (NULL == C.cache) {
+        const char *want = getenv("VMTRACK_TRACKER");
+        const char *param = C.tracker ? C.tracker : "auto";
+        if (NULL == want || '\0' == *want) {
+            if (0 == strcmp(param, "auto"))
+                want = kmod_usable() ? "kmod" : "none";
+            else
+                want = param;
+            setenv("VMTRACK_TRACKER", want, 1);
+        } else if (0 != strcmp(param, "auto") && 0 != strcmp(param, want)) {
+            opal_output(0, "rcache vmtrack: VMTRACK_TRACKER=%s overrides rcache_vmtrack_tracker=%s",
+                        want, param);
+        }
+        set_env_size("VMTRACK_MAX_ENTRIES", C.max_entries);
+        set_env_size("VMTRACK_MAX_BYTES", C.max_bytes);
+        struct vmt_cache *cache = vmt_shared();
+        if (NULL == cache) {
+            int err = errno ? errno : EINVAL;
+            snprintf(why, whylen, "vmtrack's shared cache could not be created with tracker "
+                     "\"%s\": %s", want, vmt_strerror(-err));
+            return -err;
+        }
+        const char *in_use = vmt_cache_tracker(cache);
+        if ((0 == strcmp(in_use, "hooks") || 0 == strcmp(in_use, "uffd")) &&
+            opal_patcher_active()) {
+            /* Two libc patchers in one process corrupt each other (ompi#8822). uffd does not
+             * patch, but it would see the patcher's own traffic twice; refuse both. */
+            snprintf(why, whylen, "vmtrack's tracker is \"%s\" while Open MPI's memory patcher is "
+                     "active: two sources of memory events in one process. Use "
+                     "--mca rcache_vmtrack_tracker kmod (or none), or unset VMTRACK_TRACKER",
+                     in_use);
+            return -EBUSY;
+        }
+        C.cache = cache;
+        C.tracker_in_use = in_use;
+        opal_output_verbose(10, C.output, "rcache vmtrack: shared cache uses tracker \"%s\"",
+                            in_use);
+    }
+
+    if (0 == opal_leave_pinned && !opal_leave_pinned_pipeline) {
+        *mode = VMT_OMPI_MODE_UNCACHED;   /* the user asked for nothing to stay pinned */
+    } else if (0 == strcmp(C.tracker_in_use, "none")) {
+        if (opal_events_reach_rcache()) {
+            *mode = VMT_OMPI_MODE_OPAL;
+            C.opal_events = true;
+        } else {
+            *mode = VMT_OMPI_MODE_UNCACHED;
+            opal_output_verbose(10, C.output, "rcache vmtrack: tracker \"none\" and Open MPI's "
+                                "memory hooks are off: registrations are not cached");
+        }
+    } else if (0 == strcmp(C.tracker_in_use, "pass")) {
+        *mode = VMT_OMPI_MODE_UNCACHED;
+    } else {
+        *mode = VMT_OMPI_MODE_TRACKER;
+    }
+    return 0;
+}

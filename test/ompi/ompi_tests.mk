@@ -1,0 +1,1 @@
+# (tests of the Open MPI component: filled in below)
