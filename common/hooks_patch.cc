@@ -1,0 +1,437 @@
+// Entry patching for the hooks tracker; see hooks_patch.h for the method and why.
+#include "hooks_patch.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/membarrier.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace vmt {
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kJmpLen = 5;
+constexpr size_t kSlot = 16;
+
+// The trampoline page: slot i = `jmp *0(%rip)` + 8-byte target. Mapped once near libc and kept
+// for the life of the process (a thread may still be passing through it after an unpatch).
+uint8_t *g_tramp = nullptr;
+size_t g_tramp_used = 0;
+
+uintptr_t g_libc_lo = 0, g_libc_hi = 0;  // libc's executable segment(s)
+bool g_sync_core = false;
+
+long raw(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0)
+{
+    return syscall(nr, a, b, c, d, e, f);
+}
+
+void *libc_handle()
+{
+    static void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    return h;
+}
+
+int find_libc_text(struct dl_phdr_info *info, size_t, void *)
+{
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "libc.so"))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (!g_libc_lo || lo < g_libc_lo)
+            g_libc_lo = lo;
+        if (hi > g_libc_hi)
+            g_libc_hi = hi;
+    }
+    return 1;
+}
+
+void libc_range()
+{
+    if (!g_libc_lo)
+        dl_iterate_phdr(find_libc_text, nullptr);
+}
+
+void sync_cores()
+{
+    if (g_sync_core)
+        raw(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
+}
+
+// A trampoline page within +-2 GiB of libc's text (MAP_FIXED_NOREPLACE at hints around it).
+int tramp_map(std::string *why)
+{
+    if (g_tramp)
+        return 0;
+    libc_range();
+    if (!g_libc_lo) {
+        *why = "cannot find libc's text segment";
+        return -ENOENT;
+    }
+    const uintptr_t step = 16u << 20;
+    for (uintptr_t d = step; d < (1ul << 31) - (64u << 20); d += step) {
+        uintptr_t hints[2] = {(g_libc_lo - d) & ~(kPage - 1), (g_libc_hi + d) & ~(kPage - 1)};
+        for (uintptr_t h : hints) {
+            long r = raw(SYS_mmap, (long)h, kPage, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if (r < 0 && r > -4096)
+                continue;
+            if ((uintptr_t)r != h) {  // old kernel: the flag was only a hint
+                raw(SYS_munmap, r, kPage);
+                continue;
+            }
+            g_tramp = (uint8_t *)r;
+            memset(g_tramp, 0xcc, kPage);
+            raw(SYS_mprotect, (long)g_tramp, kPage, PROT_READ | PROT_EXEC);
+            return 0;
+        }
+    }
+    *why = "no free page within 2 GiB of libc for the trampolines";
+    return -ENOMEM;
+}
+
+// Slot for `hook` (reused if it exists).
+uint8_t *tramp_slot(void *hook)
+{
+    for (size_t off = 0; off < g_tramp_used; off += kSlot) {
+        void *t;
+        memcpy(&t, g_tramp + off + 6, 8);
+        if (t == hook)
+            return g_tramp + off;
+    }
+    if (g_tramp_used + kSlot > kPage)
+        return nullptr;
+    uint8_t code[kSlot] = {0xff, 0x25, 0, 0, 0, 0};
+    memcpy(code + 6, &hook, 8);
+    code[14] = code[15] = 0xcc;
+    uint8_t *slot = g_tramp + g_tramp_used;
+    raw(SYS_mprotect, (long)g_tramp, kPage, PROT_READ | PROT_WRITE);
+    memcpy(slot, code, kSlot);
+    raw(SYS_mprotect, (long)g_tramp, kPage, PROT_READ | PROT_EXEC);
+    g_tramp_used += kSlot;
+    return slot;
+}
+
+uint64_t *qword_of(uint8_t *entry)
+{
+    return (uint64_t *)((uintptr_t)entry & ~(uintptr_t)7);
+}
+
+// Replace the bytes [entry, entry+len) inside the aligned qword with `bytes`: one atomic store.
+void store_bytes(uint8_t *entry, const uint8_t *bytes, size_t len)
+{
+    uint64_t *q = qword_of(entry);
+    uint64_t v = __atomic_load_n(q, __ATOMIC_RELAXED);
+    memcpy((uint8_t *)&v + (entry - (uint8_t *)q), bytes, len);
+    __atomic_store_n(q, v, __ATOMIC_SEQ_CST);
+}
+
+int protect(PatchSite *sites, size_t n, int prot)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sites[i].alias)
+            continue;
+        uintptr_t p = (uintptr_t)sites[i].entry & ~(kPage - 1);
+        uintptr_t e = ((uintptr_t)sites[i].entry + 8 + kPage - 1) & ~(kPage - 1);
+        long r = raw(SYS_mprotect, (long)p, (long)(e - p), prot);
+        if (r < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+// Parse "/proc/self/task/TID/syscall": the stopped pc, or 0 if the thread is running now (or
+// unknown). Running threads cannot stay between two instructions of a prologue.
+uintptr_t thread_pc(const char *tid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%s/syscall", tid);
+    int fd = (int)raw(SYS_open, (long)path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[256];
+    long n = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
+    raw(SYS_close, fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    if (!strncmp(buf, "running", 7))
+        return 0;
+    // the pc is the last field
+    char *end = buf + n;
+    while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
+        *--end = 0;
+    char *last = strrchr(buf, ' ');
+    return last ? (uintptr_t)strtoull(last + 1, nullptr, 16) : 0;
+}
+
+// Is any other thread stopped at a pc inside bytes 1..4 of one of the sites? -1 on error.
+int someone_inside(PatchSite *sites, size_t n)
+{
+    int dfd = (int)raw(SYS_open, (long)"/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    long self = raw(SYS_gettid);
+    int found = 0;
+    alignas(8) char buf[4096];
+    for (;;) {
+        long got = raw(SYS_getdents64, dfd, (long)buf, sizeof buf);
+        if (got <= 0)
+            break;
+        for (long off = 0; off < got;) {
+            struct d64 {
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *d = (struct d64 *)(buf + off);
+            off += d->reclen;
+            if (d->name[0] < '0' || d->name[0] > '9' || strtol(d->name, nullptr, 10) == self)
+                continue;
+            uintptr_t pc = thread_pc(d->name);
+            for (size_t i = 0; pc && i < n; i++)
+                if (pc > (uintptr_t)sites[i].entry && pc < (uintptr_t)sites[i].entry + kJmpLen)
+                    found = 1;
+        }
+    }
+    raw(SYS_close, dfd);
+    return found;
+}
+
+void nap_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, nullptr);
+}
+
+const char *owner_of(uintptr_t target, std::string *owner)
+{
+    Dl_info info;
+    if (target && dladdr((void *)target, &info) && info.dli_fname) {
+        const char *f = info.dli_fname;
+        if (strstr(f, "ucm"))
+            *owner = std::string("UCX ucm (") + f + ")";
+        else if (strstr(f, "open-pal") || strstr(f, "libmpi") || strstr(f, "openmpi"))
+            *owner = std::string("the Open MPI patcher (") + f + ")";
+        else
+            *owner = std::string("code in ") + f;
+    } else {
+        char b[128];
+        snprintf(b, sizeof b, "a jump to %#lx (anonymous memory: UCX ucm or Open MPI "
+                 "patcher trampolines)", (unsigned long)target);
+        *owner = b;
+    }
+    return owner->c_str();
+}
+
+}  // namespace
+
+void *libc_symbol(const char *name)
+{
+    void *h = libc_handle();
+    return h ? dlsym(h, name) : nullptr;
+}
+
+int patch_locate(PatchSite *sites, size_t n, std::string *why)
+{
+    libc_range();
+    for (size_t i = 0; i < n; i++) {
+        sites[i].entry = (uint8_t *)libc_symbol(sites[i].name);
+        if (!sites[i].entry) {
+            *why = std::string("libc has no ") + sites[i].name;
+            return -ENOENT;
+        }
+        sites[i].alias = false;
+        for (size_t j = 0; j < i; j++)
+            if (sites[j].entry == sites[i].entry)
+                sites[i].alias = true;
+        if (((uintptr_t)sites[i].entry & 7) > 8 - kJmpLen) {
+            *why = std::string(sites[i].name) + ": entry not aligned for an atomic patch";
+            return -ENOTSUP;
+        }
+    }
+    return 0;
+}
+
+bool patch_entry_ours(const uint8_t *e)
+{
+    if (e[0] != 0xe9 || !g_tramp)
+        return false;
+    int32_t rel;
+    memcpy(&rel, e + 1, 4);
+    uintptr_t t = (uintptr_t)e + 5 + rel;
+    return t >= (uintptr_t)g_tramp && t < (uintptr_t)g_tramp + kPage;
+}
+
+bool patch_entry_foreign(const uint8_t *e, std::string *owner)
+{
+    if (patch_entry_ours(e))
+        return false;
+    uintptr_t target = 0;
+    if (e[0] == 0xe9) {  // jmp rel32
+        int32_t rel;
+        memcpy(&rel, e + 1, 4);
+        target = (uintptr_t)e + 5 + rel;
+    } else if (e[0] == 0xeb) {  // jmp rel8
+        target = (uintptr_t)e + 2 + (int8_t)e[1];
+    } else if (e[0] == 0xff && e[1] == 0x25) {  // jmp *rel32(%rip)
+        int32_t rel;
+        memcpy(&rel, e + 2, 4);
+        memcpy(&target, e + 6 + rel, 8);
+    } else if ((e[0] == 0x49 && e[1] == 0xbb && e[10] == 0x41 && e[11] == 0xff &&
+                e[12] == 0xe3) ||  // movabs $x,%r11; jmp *%r11 (ucm, opal patcher)
+               (e[0] == 0x48 && e[1] == 0xb8 && e[10] == 0xff && e[11] == 0xe0)) {
+        memcpy(&target, e + 2, 8);  // movabs $x,%rax; jmp *%rax
+    } else if (e[0] == 0xcc) {
+        *owner = "a breakpoint (int3): a debugger or an int3-based patcher";
+        return true;
+    } else {
+        return false;
+    }
+    owner_of(target, owner);
+    return true;
+}
+
+int patch_install(PatchSite *sites, size_t n, std::string *why)
+{
+    int rc = tramp_map(why);
+    if (rc)
+        return rc;
+    static bool sync_tried = false;
+    if (!sync_tried) {
+        sync_tried = true;
+        g_sync_core = raw(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+                          0, 0) == 0;
+    }
+    uint8_t code[16][kJmpLen];
+    if (n > 16) {
+        *why = "too many patch sites";
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        std::string owner;
+        if (sites[i].alias)
+            continue;
+        if (patch_entry_foreign(sites[i].entry, &owner)) {
+            *why = std::string(sites[i].name) + ": entry already patched by " + owner;
+            return -EBUSY;
+        }
+        if (patch_entry_ours(sites[i].entry)) {
+            *why = std::string(sites[i].name) + ": already patched by vmtrack";
+            return -EALREADY;
+        }
+        uint8_t *slot = tramp_slot(sites[i].hook);
+        if (!slot) {
+            *why = "trampoline page full";
+            return -ENOSPC;
+        }
+        int64_t rel = (int64_t)((intptr_t)slot - ((intptr_t)sites[i].entry + 5));
+        if (rel != (int32_t)rel) {
+            *why = "trampoline out of reach";
+            return -ERANGE;
+        }
+        int32_t r32 = (int32_t)rel;
+        code[i][0] = 0xe9;
+        memcpy(&code[i][1], &r32, 4);
+        sites[i].saved = __atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED);
+    }
+    rc = protect(sites, n, PROT_READ | PROT_WRITE | PROT_EXEC);
+    if (rc) {
+        protect(sites, n, PROT_READ | PROT_EXEC);
+        *why = std::string("mprotect of libc's text to RWX failed: ") + strerror(-rc);
+        return rc;
+    }
+    // (1) `jmp .` at each entry: callers from now on wait there.
+    static const uint8_t spin[2] = {0xeb, 0xfe};
+    for (size_t i = 0; i < n; i++)
+        if (!sites[i].alias)
+            store_bytes(sites[i].entry, spin, 2);
+    sync_cores();
+    // (2) wait until no stopped thread sits between instructions under bytes 1..4.
+    int inside = 1;
+    for (int tries = 0; tries < 2000 && inside; tries++) {
+        inside = someone_inside(sites, n);
+        if (inside < 0) {  // no /proc: give descheduled threads time to move on
+            nap_us(20000);
+            inside = 0;
+        } else if (inside) {
+            nap_us(100);
+        }
+    }
+    if (inside) {
+        for (size_t i = 0; i < n; i++)
+            if (!sites[i].alias)
+                __atomic_store_n(qword_of(sites[i].entry), sites[i].saved, __ATOMIC_SEQ_CST);
+        sync_cores();
+        protect(sites, n, PROT_READ | PROT_EXEC);
+        *why = "a thread stayed stopped inside a function's first instructions; not patched";
+        return -EAGAIN;
+    }
+    // (3) bytes 2..4, then (4) the first two bytes: the complete `jmp rel32`.
+    for (size_t i = 0; i < n; i++)
+        if (!sites[i].alias)
+            store_bytes(sites[i].entry + 2, code[i] + 2, kJmpLen - 2);
+    sync_cores();
+    for (size_t i = 0; i < n; i++) {
+        if (sites[i].alias)
+            continue;
+        store_bytes(sites[i].entry, code[i], 2);
+        sites[i].patched = __atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED);
+        sites[i].active = true;
+    }
+    sync_cores();
+    protect(sites, n, PROT_READ | PROT_EXEC);
+    return 0;
+}
+
+void patch_remove(PatchSite *sites, size_t n)
+{
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        any |= sites[i].active;
+    if (!any)
+        return;
+    protect(sites, n, PROT_READ | PROT_WRITE | PROT_EXEC);
+    for (size_t i = 0; i < n; i++) {
+        if (!sites[i].active)
+            continue;
+        uint64_t *q = qword_of(sites[i].entry);
+        uint64_t expect = sites[i].patched;
+        // someone patched over us: leave their bytes alone
+        __atomic_compare_exchange_n(q, &expect, sites[i].saved, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+        sites[i].active = false;
+    }
+    sync_cores();
+    protect(sites, n, PROT_READ | PROT_EXEC);
+}
+
+bool pc_in_libc(uintptr_t pc) noexcept
+{
+    return pc >= g_libc_lo && pc < g_libc_hi;
+}
+
+std::string patch_method()
+{
+    char b[160];
+    snprintf(b, sizeof b,
+             "5-byte jmp at each entry to trampolines at %p (libc text %#lx-%#lx), written "
+             "with atomic 8-byte stores%s",
+             (void *)g_tramp, (unsigned long)g_libc_lo, (unsigned long)g_libc_hi,
+             g_sync_core ? " + membarrier(SYNC_CORE)" : "");
+    return b;
+}
+
+}  // namespace vmt
