@@ -543,7 +543,7 @@ static int vmtrack_mmap(struct file *file, struct vm_area_struct *vma)
 		return -EBADF;
 	if (vma->vm_pgoff || vma_pages(vma) > f->max_pages)
 		return -EINVAL;
-	if (!(vma->vm_flags & VM_SHARED))
+	if (!(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EPERM;

@@ -1,0 +1,176 @@
+/* Costs of /dev/vmtrack, printed as figures (not a pass/fail test):
+ *   watch + unwatch per range, munmap of a watched vs an unwatched range, kernel memory per
+ *   watched range, and the validity check (one load) against nothing.
+ * Usage: kmod_bench [N]   (N watches for the memory figure, default 100000) */
+#define _GNU_SOURCE
+#include <time.h>
+
+#include "kmod_util.h"
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* Kernel memory in use (Slab + page tables are not it: Slab + the words' pages show in
+ * "Slab" and "MemFree"); we take MemAvailable-independent counters. */
+static long meminfo_kb(const char *key)
+{
+	char line[256];
+	long v = -1;
+	size_t kl = strlen(key);
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && line[kl] == ':') {
+			v = atol(line + kl + 1);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static void drain(struct vt *v)
+{
+	struct vmtrack_event ev[64];
+
+	while (read(v->fd, ev, sizeof(ev)) > 0)
+		;
+}
+
+int main(int argc, char **argv)
+{
+	long pg = vt_page();
+	int n = argc > 1 ? atoi(argv[1]) : 100000;
+	enum { R = 2000, U = 400 };
+	struct vt v;
+	struct vmtrack_watch *w;
+	char *buf;
+	double t0, t;
+	long slab0, slab1, free0, free1;
+	int i, r;
+
+	vt_require_device("kmod_bench");
+	if (n < 1000)
+		n = 1000;
+	r = vt_open(&v);
+	if (r) {
+		fprintf(stderr, "kmod_bench: %s: %s\n", VMTRACK_DEVICE, strerror(-r));
+		return 1;
+	}
+	if ((unsigned)n > v.info.max_watches)
+		n = v.info.max_watches;
+	w = calloc(n, sizeof(*w));
+	buf = vt_map(64 * pg);
+	if (!w || !buf)
+		return 1;
+	printf("module %s, abi %u, max_watches %u, max_events %u, watch struct %llu bytes\n",
+	       v.info.version, v.info.abi_version, v.info.max_watches, v.info.max_events,
+	       (unsigned long long)v.info.watch_bytes);
+
+	/* warm up (the first watch of an mm registers the notifier subscription) */
+	vt_watch(&v, buf, pg, 0, &w[0]);
+	vt_unwatch(&v, w[0].handle);
+
+	t0 = now_ns();
+	for (i = 0; i < R; i++) {
+		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[0]) ||
+		    vt_unwatch(&v, w[0].handle)) {
+			perror("watch/unwatch");
+			return 1;
+		}
+	}
+	t = (now_ns() - t0) / R;
+	printf("watch+unwatch (empty file): %.0f ns per range\n", t);
+
+	/* with many watches in place */
+	for (i = 0; i < 10000 && i < n; i++)
+		vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[i]);
+	t0 = now_ns();
+	for (i = 0; i < R; i++) {
+		struct vmtrack_watch x;
+
+		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &x) || vt_unwatch(&v, x.handle)) {
+			perror("watch/unwatch");
+			return 1;
+		}
+	}
+	t = (now_ns() - t0) / R;
+	printf("watch+unwatch (10000 watched): %.0f ns per range\n", t);
+	for (i = 0; i < 10000 && i < n; i++)
+		vt_unwatch(&v, w[i].handle);
+
+	/* munmap of a 64 KiB populated range: unwatched, then watched */
+	{
+		size_t len = 16 * pg;
+		char **maps = calloc(U, sizeof(*maps));
+		double tu = 0, tw = 0;
+
+		for (int pass = 0; pass < 2; pass++) {
+			for (i = 0; i < U; i++) {
+				maps[i] = vt_map(len);
+				if (pass)
+					vt_watch(&v, maps[i], len, i, &w[i]);
+			}
+			t0 = now_ns();
+			for (i = 0; i < U; i++)
+				munmap(maps[i], len);
+			t = (now_ns() - t0) / U;
+			if (pass) {
+				tw = t;
+				drain(&v);
+				for (i = 0; i < U; i++)
+					vt_unwatch(&v, w[i].handle);
+			} else {
+				tu = t;
+			}
+		}
+		printf("munmap of 64 KiB: unwatched %.0f ns, watched %.0f ns (+%.0f ns)\n", tu, tw,
+		       tw - tu);
+		free(maps);
+	}
+
+	/* the hit check: one load and a compare, against no check */
+	{
+		volatile uint32_t sink = 0;
+		const long H = 20000000;
+
+		vt_watch(&v, buf, pg, 1, &w[0]);
+		t0 = now_ns();
+		for (long k = 0; k < H; k++)
+			sink += vt_valid(&v, &w[0]);
+		t = (now_ns() - t0) / H;
+		t0 = now_ns();
+		for (long k = 0; k < H; k++)
+			sink += 1;
+		printf("validity check: %.2f ns (loop without it: %.2f ns)\n", t,
+		       (now_ns() - t0) / H);
+		vt_unwatch(&v, w[0].handle);
+	}
+
+	/* kernel memory per watched range */
+	drain(&v);
+	sync();
+	slab0 = meminfo_kb("Slab");
+	free0 = meminfo_kb("MemFree");
+	for (i = 0; i < n; i++)
+		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[i])) {
+			fprintf(stderr, "watch %d: %s\n", i, strerror(errno));
+			n = i;
+			break;
+		}
+	slab1 = meminfo_kb("Slab");
+	free1 = meminfo_kb("MemFree");
+	printf("memory per watched range (%d watches): %.0f bytes of slab, %.0f bytes in all "
+	       "(slab, words, index)\n", n, (slab1 - slab0) * 1024.0 / n,
+	       (free0 - free1) * 1024.0 / n);
+	t0 = now_ns();
+	vt_close(&v);
+	printf("close with %d watches: %.1f ms\n", n, (now_ns() - t0) / 1e6);
+	return 0;
+}
