@@ -1,0 +1,210 @@
+// The registration cache: an index of non-overlapping address ranges (entries), each holding
+// one registration per device that asked for it.
+//
+// Locks: `lock_` (the index lock) serialises every change of the index, of entries and of
+// registrations' states; it is never held across a device call, a tracker call that may block,
+// malloc or anything that can unmap memory. Hits take no lock: they read the index inside a
+// sequence-count section (`seq_` odd while a writer changes the index) and record their hold
+// in the calling thread's own record (holds.h).
+//
+// Life of a registration: LIVE in an entry -> RETIRED (removed from its entry by invalidation,
+// eviction, upgrade, merge, flush or detach; moved to `limbo_`) -> deregistered and freed by
+// reclaim() once no thread holds it. reclaim() runs outside the index lock, never in a hook.
+#ifndef VMTRACK_COMMON_CACHE_H
+#define VMTRACK_COMMON_CACHE_H
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <pthread.h>
+
+#include "holds.h"
+#include "index.h"
+#include "pool.h"
+#include "tracker.h"
+#include "vmtrack.h"
+
+namespace vmt {
+
+class Cache;
+struct Entry;
+
+struct Device {
+    Cache *cache = nullptr;
+    struct vmt_device_ops ops {};
+    void *ctx = nullptr;
+    std::string name;
+    int attach_count = 0;        // under the cache's lock_
+    size_t regions = 0;          // registrations alive (incl. retired, not yet deregistered)
+    size_t bytes = 0;
+    std::atomic<bool> detached{false};
+    bool forked_away = false;    // attached in the parent of a fork()
+    Device *next = nullptr;
+};
+
+enum RegState : uint32_t {
+    kRegLive = 0,      // in its entry's list, findable by hits
+    kRegRetired = 1,   // out of the index; deregistered once nobody holds it
+    kRegUncached = 2,  // never cached: deregistered at the last put (shared counter only)
+    kRegDead = 3,      // deregistered; memory waits for the last stray hold
+};
+
+struct Reg {
+    std::atomic<Entry *> entry{nullptr};
+    std::atomic<Device *> dev{nullptr};
+    std::atomic<void *> handle{nullptr};
+    std::atomic<Reg *> next{nullptr};  // in the entry's list; in limbo_ once retired
+    std::atomic<uint32_t> access{0};
+    std::atomic<uint32_t> state{kRegLive};
+    std::atomic<uint32_t> id{0};
+    std::atomic<int32_t> shared_holds{0};
+};
+
+struct Entry {
+    std::atomic<uintptr_t> start{0};
+    std::atomic<uintptr_t> end{0};
+    std::atomic<Reg *> regs{nullptr};
+    std::atomic<uint32_t> watch_handle{0};
+    std::atomic<uint32_t> watch_expect{0};
+    std::atomic<uint32_t> last_use{0};   // tick of the last hit
+    // Writer-only below (index lock).
+    uint32_t lru_stamp = 0;              // tick when placed at the LRU head
+    uint32_t regs_alive = 0;             // registrations of this entry not yet freed
+    bool in_index = false;
+    bool watched = false;
+    Entry *lru_prev = nullptr, *lru_next = nullptr;
+};
+
+class Cache final : public TrackerSink {
+public:
+    static int create(const struct vmt_cache_opts *opts, bool merge, Cache **out);
+    ~Cache();
+
+    int attach(const struct vmt_device_ops *ops, void *ctx, Device **out);
+    void detach(Device *dev);
+    int get(Device *dev, const void *addr, size_t len, unsigned access, Reg **out);
+    void put(Reg *reg);
+    int invalidate_manual(uintptr_t start, size_t len);
+    int flush();
+    void stats(struct vmt_stats *s);
+    int subscribe(vmt_event_fn fn, void *arg);
+    int unsubscribe(vmt_event_fn fn, void *arg);
+    const char *tracker_name() const noexcept { return tracker_->name(); }
+    const std::string &tracker_report() const noexcept { return tracker_report_; }
+    std::string tracker_details() const { return tracker_->describe(); }
+    size_t max_entries() const noexcept { return max_entries_; }
+    size_t max_bytes() const noexcept { return max_bytes_; }
+
+    // TrackerSink
+    void invalidate(uintptr_t start, size_t len) noexcept override;
+    void unmap_begin(uintptr_t start, size_t len) noexcept override;
+    void unmap_end(uintptr_t start, size_t len) noexcept override;
+    void pause_hits() noexcept override;
+    void resume_hits() noexcept override;
+    void reap() noexcept override { reclaim(); }
+
+    // fork() handlers for every cache (holds.cc has the thread side).
+    static void prepare_fork() noexcept;
+    static void parent_after_fork() noexcept;
+    static void child_after_fork() noexcept;
+
+    // Memory accounting for `vmtrack bench`: bytes the cache's pools and index have mapped.
+    size_t bytes_reserved() const noexcept;
+
+private:
+    Cache() = default;
+
+    struct Plan;
+    int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
+    int get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
+    bool hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t, Reg **out) noexcept;
+    void take_hold(ThreadRecord *t, Reg *r) noexcept;
+    void release_hold(Reg *r) noexcept;
+
+    // Under lock_:
+    Entry *containing(uintptr_t a0, uintptr_t a1) const noexcept;
+    // Write sections nest (pause_hits + invalidate); only the outermost moves seq_.
+    void write_begin() noexcept
+    {
+        if (write_depth_++ == 0)
+            seq_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    void write_end() noexcept
+    {
+        if (--write_depth_ == 0)
+            seq_.fetch_add(1, std::memory_order_release);
+    }
+    void remove_entry(Entry *e) noexcept;
+    void retire(Reg *r) noexcept;
+    size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
+    bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
+    bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
+    void lru_push_head(Entry *e) noexcept;
+    void lru_unlink(Entry *e) noexcept;
+    size_t evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept;
+    bool over_limits(Device *dev, size_t adding) const noexcept;
+
+    void reclaim() noexcept;
+    void free_reg(Reg *r) noexcept;
+    void notify_subscribers(uintptr_t start, size_t len) noexcept;
+    void maybe_after_fork() noexcept;
+
+    // ---- hit path: read-mostly ----
+    alignas(64) std::atomic<uint64_t> seq_{0};
+    std::atomic<uint32_t> tick_{1};
+    const std::atomic<uint32_t> *words_ = nullptr;
+    bool caching_ = true;
+    unsigned stat_slot_ = ~0u;
+    RangeIndex index_;
+
+    // ---- writers ----
+    alignas(64) mutable std::mutex lock_;
+    std::condition_variable unmap_done_;
+    std::unique_ptr<Tracker> tracker_;
+    std::string tracker_report_;
+    Pool<Entry> entries_;
+    Pool<Reg> regs_;
+    Device *devices_ = nullptr;
+    Entry *lru_head_ = nullptr, *lru_tail_ = nullptr;
+    size_t entry_count_ = 0;
+    size_t bytes_cached_ = 0;      // sum of entry lengths in the index
+    size_t max_entries_ = 0, max_bytes_ = 0;
+    bool merge_ = true;
+    int write_depth_ = 0;
+    std::mutex fork_fixup_lock_;
+
+    Reg *limbo_ = nullptr;         // retired, maybe held
+    std::atomic<bool> limbo_nonempty_{false};
+    std::mutex reclaim_lock_;      // one reclaimer at a time; never taken under lock_
+
+    struct Range { uintptr_t start, end; int depth; };
+    Range unmaps_[kMaxUnmapsInFlight] {};
+    int unmaps_count_ = 0;
+    static constexpr unsigned kInvalLog = 64;
+    Range inval_log_[kInvalLog] {};
+    uint64_t inval_count_ = 0;
+
+    // Subscribers: read by every event under a shared lock, changed rarely.
+    pthread_rwlock_t subs_lock_ = PTHREAD_RWLOCK_INITIALIZER;
+    static constexpr int kMaxSubscribers = 16;
+    struct Sub { vmt_event_fn fn; void *arg; } subs_[kMaxSubscribers] {};
+    int nsubs_ = 0;
+
+    // Statistics (hits are counted per thread, see holds.h).
+    std::atomic<uint64_t> hits_shared_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
+        invalidations_{0}, evictions_{0}, uncached_{0}, merges_{0}, upgrades_{0}, retries_{0},
+        deferred_{0};
+    std::atomic<uint64_t> bytes_registered_{0};
+
+    std::atomic<bool> needs_fork_fixup_{false};
+    Cache *next_cache_ = nullptr;  // in the list of all caches (for fork)
+};
+
+}  // namespace vmt
+
+#endif

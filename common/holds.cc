@@ -1,0 +1,158 @@
+#include "config.h"
+#include "holds.h"
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <new>
+
+namespace vmt {
+
+std::atomic<bool> g_readers_fence{false};
+
+namespace {
+
+std::mutex g_records_lock;                       // guards adding records
+std::atomic<ThreadRecord *> g_records{nullptr};  // all records ever made, newest first
+std::atomic<uint32_t> g_next_id{1};
+pthread_key_t g_exit_key;
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+std::atomic<int> g_membarrier_state{0};  // 0 unknown, 1 registered, -1 unavailable
+
+__thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
+
+void on_thread_exit(void *p)
+{
+    // Holds the thread still has stay counted (another thread may put them); the record is
+    // reused only once they are gone.
+    static_cast<ThreadRecord *>(p)->owned.store(false, std::memory_order_release);
+}
+
+void make_key() { pthread_key_create(&g_exit_key, on_thread_exit); }
+
+bool record_empty(const ThreadRecord *r)
+{
+    for (const auto &s : r->slots)
+        if (slot_count(s.load(std::memory_order_relaxed)) != 0)
+            return false;
+    return true;
+}
+
+void membarrier_setup()
+{
+    if (g_membarrier_state.load() != 0)
+        return;
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    bool ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+              syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    if (!ok)
+        g_readers_fence.store(true);
+    g_membarrier_state.store(ok ? 1 : -1);
+}
+
+}  // namespace
+
+ThreadRecord *thread_record() noexcept
+{
+    if (__builtin_expect(t_record != nullptr, 1))
+        return t_record;
+    pthread_once(&g_once, make_key);
+    membarrier_setup();
+    ThreadRecord *r = nullptr;
+    for (ThreadRecord *c = g_records.load(std::memory_order_acquire); c; c = c->next) {
+        bool expect = false;
+        if (!c->owned.load(std::memory_order_relaxed) && record_empty(c) &&
+            c->owned.compare_exchange_strong(expect, true)) {
+            r = c;
+            break;
+        }
+    }
+    if (!r) {
+        // mmap rather than malloc: records must never be freed or moved (readers of other
+        // threads scan them), and this may run while the allocator is busy.
+        void *mem = mmap(nullptr, sizeof(ThreadRecord), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED)
+            return nullptr;
+        r = new (mem) ThreadRecord();
+        r->owned.store(true, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> g(g_records_lock);
+        r->next = g_records.load(std::memory_order_relaxed);
+        g_records.store(r, std::memory_order_release);
+    }
+    pthread_setspecific(g_exit_key, r);
+    t_record = r;
+    return r;
+}
+
+int64_t holds_in_threads(uint32_t id) noexcept
+{
+    int64_t sum = 0;
+    unsigned h = slot_home(id);
+    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+        for (unsigned k = 0; k < kHoldProbe; k++) {
+            uint64_t s = r->slots[(h + k) & (kHoldSlots - 1)].load(std::memory_order_relaxed);
+            if (slot_id(s) == id)
+                sum += slot_count(s);
+        }
+    }
+    return sum;
+}
+
+void reader_barrier() noexcept
+{
+    membarrier_setup();
+    if (g_membarrier_state.load(std::memory_order_relaxed) == 1 &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+        return;
+    // Readers fence themselves in this mode; this side needs only its own fence.
+    g_readers_fence.store(true);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void holds_lock_for_fork() noexcept { g_records_lock.lock(); }
+void holds_unlock_after_fork_parent() noexcept { g_records_lock.unlock(); }
+
+void holds_after_fork_child() noexcept
+{
+    new (&g_records_lock) std::mutex();
+    for (ThreadRecord *r = g_records.load(); r; r = r->next) {
+        for (auto &s : r->slots)
+            s.store(0, std::memory_order_relaxed);
+        for (auto &h : r->hits)
+            h.store(0, std::memory_order_relaxed);
+        if (r != t_record)
+            r->owned.store(false);
+    }
+    // membarrier registration belongs to the parent's mm.
+    g_membarrier_state.store(0);
+    membarrier_setup();
+}
+
+uint32_t new_reg_id() noexcept
+{
+    uint32_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
+    if (id == 0)  // wrapped after 4 billion registrations objects: skip the empty marker
+        id = g_next_id.fetch_add(1, std::memory_order_relaxed);
+    return id;
+}
+
+uint64_t hits_in_threads(unsigned slot) noexcept
+{
+    uint64_t sum = 0;
+    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next)
+        sum += r->hits[slot].load(std::memory_order_relaxed);
+    return sum;
+}
+
+void hits_clear_slot(unsigned slot) noexcept
+{
+    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next)
+        r->hits[slot].store(0, std::memory_order_relaxed);
+}
+
+}  // namespace vmt

@@ -1,0 +1,297 @@
+// The interval index: a B+tree from the start address of each cached range to its entry.
+// Cached ranges never overlap (the cache keeps that invariant), so "which range holds addr" is
+// a floor search: the entry with the greatest start <= addr.
+//
+// One writer at a time (the cache's index lock); readers never lock and never write. Readers
+// run inside the cache's sequence-count section: every field they read is an atomic, every
+// node they can reach comes from a type-stable pool, and their walk is bounded, so a reader
+// racing a writer reads stale-but-valid memory and then fails its sequence check.
+#ifndef VMTRACK_COMMON_INDEX_H
+#define VMTRACK_COMMON_INDEX_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "pool.h"
+
+namespace vmt {
+
+class RangeIndex {
+public:
+    static constexpr int kFan = 16;
+    static constexpr int kMaxDepth = 24;
+
+    RangeIndex() { reset(); }
+    RangeIndex(const RangeIndex &) = delete;
+    RangeIndex &operator=(const RangeIndex &) = delete;
+
+    // Reader side. The value with the greatest key <= x, or nullptr. May be wrong if a writer
+    // ran meanwhile; the caller's sequence check decides.
+    void *floor(uintptr_t x) const noexcept
+    {
+        const Node *n = root_.load(std::memory_order_acquire);
+        for (int depth = 0; n && depth < kMaxDepth; depth++) {
+            unsigned count = n->count.load(std::memory_order_relaxed);
+            if (count > kFan)
+                return nullptr;
+            int i = last_le(n, count, x);
+            if (n->leaf.load(std::memory_order_relaxed))
+                return i < 0 ? nullptr : n->ptrs[i].load(std::memory_order_relaxed);
+            n = static_cast<const Node *>(n->ptrs[i < 0 ? 0 : i].load(std::memory_order_relaxed));
+        }
+        return nullptr;
+    }
+
+    // ---- writer side (index lock held) ----
+    void *floor_w(uintptr_t x) const noexcept { return floor(x); }
+
+    // Value with the smallest key >= x, or nullptr.
+    void *ceil_w(uintptr_t x) const noexcept { return ceil_in(root(), x); }
+
+    // false only when out of memory (the tree is unchanged then).
+    bool insert(uintptr_t key, void *value) noexcept
+    {
+        if (!reserve_nodes())
+            return false;
+        Split s = insert_in(root(), key, value);
+        if (s.node) {
+            Node *r = nodes_.alloc();  // reserved above
+            init(r, false);
+            r->ptrs[0].store(root(), std::memory_order_relaxed);
+            r->keys[0].store(0, std::memory_order_relaxed);
+            r->ptrs[1].store(s.node, std::memory_order_relaxed);
+            r->keys[1].store(s.key, std::memory_order_relaxed);
+            r->count.store(2, std::memory_order_relaxed);
+            root_.store(r, std::memory_order_release);
+        }
+        size_++;
+        return true;
+    }
+
+    // Removes key (which must be present).
+    void erase(uintptr_t key) noexcept
+    {
+        Node *r = root();
+        bool empty = false;
+        uintptr_t newmin = 0;
+        if (!erase_in(r, key, &empty, &newmin))
+            return;
+        size_--;
+        while (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 1) {
+            Node *child = static_cast<Node *>(r->ptrs[0].load(std::memory_order_relaxed));
+            root_.store(child, std::memory_order_release);
+            nodes_.free(r);
+            r = child;
+        }
+        if (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 0) {
+            // Every child was removed: start again from an empty leaf.
+            init(r, true);
+        }
+    }
+
+    size_t size() const noexcept { return size_; }
+    size_t bytes() const noexcept { return nodes_.bytes_reserved(); }
+
+    // Drop everything without touching the values (after fork in the child).
+    void reset() noexcept
+    {
+        Node *r = nodes_.alloc();
+        if (r)
+            init(r, true);
+        root_.store(r, std::memory_order_release);
+        size_ = 0;
+    }
+    void reset_after_fork() noexcept
+    {
+        nodes_.reset_after_fork();
+        reset();
+    }
+
+private:
+    struct Node {
+        std::atomic<unsigned> count;
+        std::atomic<bool> leaf;
+        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
+        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
+    };
+    struct Split {
+        Node *node;
+        uintptr_t key;
+    };
+
+    Node *root() const noexcept { return root_.load(std::memory_order_relaxed); }
+
+    static void init(Node *n, bool leaf) noexcept
+    {
+        n->count.store(0, std::memory_order_relaxed);
+        n->leaf.store(leaf, std::memory_order_relaxed);
+    }
+
+    // Index of the last key <= x, or -1. Inner nodes treat keys[0] as minus infinity.
+    static int last_le(const Node *n, unsigned count, uintptr_t x) noexcept
+    {
+        bool leaf = n->leaf.load(std::memory_order_relaxed);
+        int i = (int)count - 1;
+        for (; i >= (leaf ? 0 : 1); i--)
+            if (n->keys[i].load(std::memory_order_relaxed) <= x)
+                return i;
+        return leaf ? -1 : 0;
+    }
+
+    static uintptr_t key(const Node *n, unsigned i) noexcept { return n->keys[i].load(std::memory_order_relaxed); }
+    static void *ptr(const Node *n, unsigned i) noexcept { return n->ptrs[i].load(std::memory_order_relaxed); }
+    static unsigned count(const Node *n) noexcept { return n->count.load(std::memory_order_relaxed); }
+    static bool leaf(const Node *n) noexcept { return n->leaf.load(std::memory_order_relaxed); }
+
+    // Enough free nodes for the deepest split chain, taken before anything changes.
+    bool reserve_nodes() noexcept
+    {
+        Node *got[kMaxDepth + 1];
+        int n = 0;
+        for (; n < kMaxDepth + 1; n++) {
+            got[n] = nodes_.alloc();
+            if (!got[n])
+                break;
+        }
+        bool ok = n == kMaxDepth + 1;
+        while (n > 0)
+            nodes_.free(got[--n]);
+        return ok;
+    }
+
+    static void insert_at(Node *n, unsigned pos, uintptr_t k, void *v) noexcept
+    {
+        unsigned c = count(n);
+        for (unsigned j = c; j > pos; j--) {
+            n->keys[j].store(key(n, j - 1), std::memory_order_relaxed);
+            n->ptrs[j].store(ptr(n, j - 1), std::memory_order_relaxed);
+        }
+        n->keys[pos].store(k, std::memory_order_relaxed);
+        n->ptrs[pos].store(v, std::memory_order_relaxed);
+        n->count.store(c + 1, std::memory_order_relaxed);
+    }
+
+    static void remove_at(Node *n, unsigned pos) noexcept
+    {
+        unsigned c = count(n);
+        for (unsigned j = pos; j + 1 < c; j++) {
+            n->keys[j].store(key(n, j + 1), std::memory_order_relaxed);
+            n->ptrs[j].store(ptr(n, j + 1), std::memory_order_relaxed);
+        }
+        n->count.store(c - 1, std::memory_order_relaxed);
+    }
+
+    // Split a full node: the upper half moves to a new right sibling; returns it.
+    Node *split(Node *n) noexcept
+    {
+        Node *r = nodes_.alloc();
+        init(r, leaf(n));
+        unsigned half = kFan / 2;
+        for (unsigned j = half; j < kFan; j++) {
+            r->keys[j - half].store(key(n, j), std::memory_order_relaxed);
+            r->ptrs[j - half].store(ptr(n, j), std::memory_order_relaxed);
+        }
+        r->count.store(kFan - half, std::memory_order_relaxed);
+        n->count.store(half, std::memory_order_relaxed);
+        return r;
+    }
+
+    Split insert_in(Node *n, uintptr_t k, void *v) noexcept
+    {
+        if (leaf(n)) {
+            unsigned pos = (unsigned)(last_le(n, count(n), k) + 1);
+            if (count(n) < kFan) {
+                insert_at(n, pos, k, v);
+                return {nullptr, 0};
+            }
+            Node *r = split(n);
+            if (pos <= kFan / 2)
+                insert_at(n, pos, k, v);
+            else
+                insert_at(r, pos - kFan / 2, k, v);
+            return {r, key(r, 0)};
+        }
+        unsigned i = (unsigned)last_le(n, count(n), k);
+        Split s = insert_in(static_cast<Node *>(ptr(n, i)), k, v);
+        if (!s.node)
+            return s;
+        unsigned pos = i + 1;
+        if (count(n) < kFan) {
+            insert_at(n, pos, s.key, s.node);
+            return {nullptr, 0};
+        }
+        Node *r = split(n);
+        if (pos <= kFan / 2)
+            insert_at(n, pos, s.key, s.node);
+        else
+            insert_at(r, pos - kFan / 2, s.key, s.node);
+        return {r, key(r, 0)};
+    }
+
+    // Returns true if found. *empty: n has no keys left; *newmin: n's smallest key now.
+    bool erase_in(Node *n, uintptr_t k, bool *empty, uintptr_t *newmin) noexcept
+    {
+        if (leaf(n)) {
+            int i = last_le(n, count(n), k);
+            if (i < 0 || key(n, i) != k)
+                return false;
+            remove_at(n, (unsigned)i);
+        } else {
+            unsigned i = (unsigned)last_le(n, count(n), k);
+            Node *child = static_cast<Node *>(ptr(n, i));
+            bool child_empty = false;
+            uintptr_t child_min = 0;
+            if (!erase_in(child, k, &child_empty, &child_min))
+                return false;
+            if (child_empty) {
+                remove_at(n, i);
+                nodes_.free(child);
+            } else if (i > 0) {
+                n->keys[i].store(child_min, std::memory_order_relaxed);
+            }
+        }
+        *empty = count(n) == 0;
+        *newmin = *empty ? 0 : min_key(n);
+        return true;
+    }
+
+    static uintptr_t min_key(const Node *n) noexcept
+    {
+        while (!leaf(n))
+            n = static_cast<const Node *>(ptr(n, 0));
+        return key(n, 0);
+    }
+
+    static void *ceil_in(const Node *n, uintptr_t x) noexcept
+    {
+        unsigned c = count(n);
+        if (leaf(n)) {
+            for (unsigned j = 0; j < c; j++)
+                if (key(n, j) >= x)
+                    return ptr(n, j);
+            return nullptr;
+        }
+        if (c == 0)
+            return nullptr;
+        unsigned i = (unsigned)last_le(n, c, x);
+        if (void *v = ceil_in(static_cast<const Node *>(ptr(n, i)), x))
+            return v;
+        for (unsigned j = i + 1; j < c; j++) {
+            const Node *m = static_cast<const Node *>(ptr(n, j));
+            while (!leaf(m))
+                m = static_cast<const Node *>(ptr(m, 0));
+            if (count(m))
+                return ptr(m, 0);
+        }
+        return nullptr;
+    }
+
+    std::atomic<Node *> root_{nullptr};
+    size_t size_ = 0;
+    Pool<Node> nodes_;
+};
+
+}  // namespace vmt
+
+#endif

@@ -1,0 +1,104 @@
+// Type-stable object pools. Objects are carved from mmap'ed chunks that are never returned to
+// the system while the pool lives, so a reader that raced with a free reads a valid object of
+// the same type (and then fails its sequence check) instead of unmapped memory. Growth uses
+// mmap, never malloc, so it is safe while the cache's index lock is held and inside hooks.
+#ifndef VMTRACK_COMMON_POOL_H
+#define VMTRACK_COMMON_POOL_H
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <mutex>
+#include <new>
+
+namespace vmt {
+
+template <typename T>
+class Pool {
+public:
+    Pool() = default;
+    Pool(const Pool &) = delete;
+    Pool &operator=(const Pool &) = delete;
+    ~Pool() { release_all(); }
+
+    // nullptr only when the system refuses memory.
+    T *alloc() noexcept
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        if (!free_ && !grow())
+            return nullptr;
+        Slot *s = free_;
+        free_ = s->next_free;
+        in_use_++;
+        return &s->obj;
+    }
+
+    void free(T *obj) noexcept
+    {
+        Slot *s = reinterpret_cast<Slot *>(reinterpret_cast<char *>(obj) - offsetof(Slot, obj));
+        std::lock_guard<std::mutex> g(lock_);
+        s->next_free = free_;
+        free_ = s;
+        in_use_--;
+    }
+
+    size_t in_use() const noexcept { return in_use_; }
+    size_t bytes_reserved() const noexcept { return chunks_ * kChunkBytes; }
+
+    // After fork in the child: forget what the parent had in use (its objects stay mapped and
+    // are simply never handed out again); the lock may have been held by a vanished thread.
+    void reset_after_fork() noexcept
+    {
+        new (&lock_) std::mutex();
+    }
+
+private:
+    struct Chunk;
+    struct Slot {
+        T obj;
+        Slot *next_free;
+    };
+    struct Chunk {
+        Chunk *next;
+    };
+    static constexpr size_t kChunkBytes = 256 * 1024;
+
+    bool grow() noexcept
+    {
+        void *mem = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                         -1, 0);
+        if (mem == MAP_FAILED)
+            return false;
+        Chunk *c = static_cast<Chunk *>(mem);
+        c->next = chunks_list_;
+        chunks_list_ = c;
+        chunks_++;
+        char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(Slot) - 1) / alignof(Slot)) * alignof(Slot);
+        char *end = static_cast<char *>(mem) + kChunkBytes;
+        for (; p + sizeof(Slot) <= end; p += sizeof(Slot)) {
+            Slot *s = new (p) Slot();
+            s->next_free = free_;
+            free_ = s;
+        }
+        return true;
+    }
+
+    void release_all() noexcept
+    {
+        while (chunks_list_) {
+            Chunk *next = chunks_list_->next;
+            munmap(chunks_list_, kChunkBytes);
+            chunks_list_ = next;
+        }
+    }
+
+    std::mutex lock_;
+    Slot *free_ = nullptr;
+    Chunk *chunks_list_ = nullptr;
+    size_t chunks_ = 0;
+    size_t in_use_ = 0;
+};
+
+}  // namespace vmt
+
+#endif

@@ -1,0 +1,6 @@
+# Tests of the core cache (Check).
+check_PROGRAMS += test/test_cache
+TESTS += test/test_cache
+test_test_cache_SOURCES = test/test_cache.c test/fake_device.h
+test_test_cache_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_cache_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
