@@ -46,6 +46,9 @@ typedef struct mca_rcache_vmtrack_module_t {
     struct vmt_device *dev;           /* one vmtrack device per module (ctx = the module) */
     enum vmt_ompi_mode mode;
     struct mca_rcache_vmtrack_module_t *next;   /* component's list of live modules */
+    /* Registrations vmtrack deregistered while we were inside Open MPI's memory hook
+     * (possibly inside free()): the BTL's deregister_mem runs later, outside the hook. */
+    struct vmt_ompi_hdr *gc_head;
     /* statistics of this module (relaxed atomics) */
     uint64_t n_register, n_uncached, n_deregister, n_btl_reg, n_btl_dereg, n_events,
         n_forwarded, n_errors;
@@ -80,7 +83,8 @@ struct vmt_ompi_hdr {
     uint32_t kind;                 /* VMT_OMPI_KIND_* */
     struct vmt_reg *vreg;          /* the vmtrack registration (cached kind) */
     mca_rcache_vmtrack_module_t *module;
-    unsigned char pad[64 - 2 * sizeof(uint32_t) - 2 * sizeof(void *)];
+    struct vmt_ompi_hdr *gc_next;  /* in the module's deferred-deregistration list */
+    unsigned char pad[64 - 2 * sizeof(uint32_t) - 3 * sizeof(void *)];
 };
 #define VMT_OMPI_HDR_MAGIC 0x766d7472u   /* "vmtr" */
 enum { VMT_OMPI_KIND_CACHED = 1, VMT_OMPI_KIND_UNCACHED = 2 };

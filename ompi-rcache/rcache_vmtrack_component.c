@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "opal/mca/base/base.h"
 #include "opal/mca/base/mca_base_var.h"
@@ -205,6 +206,9 @@ static bool opal_events_reach_rcache(void)
 
 static bool kmod_usable(void)
 {
+    /* Look before asking vmtrack, which logs why a tracker it was told to use is missing. */
+    if (0 != access("/dev/vmtrack", R_OK | W_OK))
+        return false;
     struct vmt_cache_opts o = {.sz = sizeof(o), .tracker = "kmod"};
     struct vmt_cache *c = NULL;
     if (0 != vmt_cache_create(&o, &c))

@@ -18,7 +18,16 @@
 
 /* What the BTL's register_mem returned, for the vmt_get that called it in this thread: the
  * Open MPI error code is handed back unchanged instead of a translated errno. */
-static __thread int last_btl_rc;
+/* initial-exec: in a dlopen()ed component the default TLS model may call malloc on a thread's
+ * first access, which must not happen inside a memory hook; glibc keeps static TLS room for
+ * a few bytes of initial-exec TLS in dlopen()ed objects. */
+#define VMT_TLS __thread __attribute__((tls_model("initial-exec")))
+static VMT_TLS int last_btl_rc;
+
+/* Set while this thread forwards an Open MPI memory-hook event to vmtrack: vmt_invalidate
+ * deregisters unused registrations at once, but the hook may run inside free() or munmap()
+ * with malloc's locks held, where the BTL's deregister_mem (and free) must not run. */
+static VMT_TLS int in_opal_hook;
 
 static inline void stat_add(uint64_t *counter)
 {
@@ -122,10 +131,8 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     return 0;
 }
 
-static void dev_dereg(void *ctx, void *handle)
+static void btl_dereg(mca_rcache_vmtrack_module_t *m, mca_rcache_base_registration_t *reg)
 {
-    mca_rcache_vmtrack_module_t *m = (mca_rcache_vmtrack_module_t *) ctx;
-    mca_rcache_base_registration_t *reg = (mca_rcache_base_registration_t *) handle;
     int rc = m->res.deregister_mem(m->res.reg_data, reg);
     if (OPAL_SUCCESS != rc) {
         stat_add(&m->n_errors);
@@ -134,6 +141,35 @@ static void dev_dereg(void *ctx, void *handle)
     }
     stat_add(&m->n_btl_dereg);
     reg_free(reg);
+}
+
+/* Run the deregistrations deferred out of a memory hook (lock-free list, any thread). */
+static void gc_drain(mca_rcache_vmtrack_module_t *m)
+{
+    if (NULL == __atomic_load_n(&m->gc_head, __ATOMIC_RELAXED))
+        return;
+    struct vmt_ompi_hdr *h = __atomic_exchange_n(&m->gc_head, NULL, __ATOMIC_ACQUIRE);
+    while (h) {
+        struct vmt_ompi_hdr *next = h->gc_next;
+        btl_dereg(m, (mca_rcache_base_registration_t *) (h + 1));
+        h = next;
+    }
+}
+
+static void dev_dereg(void *ctx, void *handle)
+{
+    mca_rcache_vmtrack_module_t *m = (mca_rcache_vmtrack_module_t *) ctx;
+    mca_rcache_base_registration_t *reg = (mca_rcache_base_registration_t *) handle;
+    if (in_opal_hook) {
+        struct vmt_ompi_hdr *h = vmt_ompi_hdr_of(reg);
+        struct vmt_ompi_hdr *old = __atomic_load_n(&m->gc_head, __ATOMIC_RELAXED);
+        do {
+            h->gc_next = old;
+        } while (!__atomic_compare_exchange_n(&m->gc_head, &old, h, true, __ATOMIC_RELEASE,
+                                              __ATOMIC_RELAXED));
+        return;
+    }
+    btl_dereg(m, reg);
 }
 
 /* ---- module functions ------------------------------------------------------------------- */
@@ -185,6 +221,7 @@ static int vmt_ompi_register(mca_rcache_base_module_t *rcache, void *addr, size_
         return OPAL_ERR_BAD_PARAM;
     }
     stat_add(&m->n_register);
+    gc_drain(m);
     if (VMT_OMPI_MODE_UNCACHED == m->mode || (flags & ~VMT_OMPI_CACHEABLE_FLAGS))
         return register_uncached(m, addr, size, flags, access_flags, reg);
 
@@ -236,6 +273,7 @@ static int vmt_ompi_deregister(mca_rcache_base_module_t *rcache,
     /* The registration may be deregistered (and reg freed) inside vmt_put if vmtrack dropped
      * it from the cache meanwhile: nothing may touch reg afterwards. */
     vmt_put(__atomic_load_n(&hdr->vreg, __ATOMIC_RELAXED));
+    gc_drain(m);
     return OPAL_SUCCESS;
 }
 
@@ -261,7 +299,9 @@ static int vmt_ompi_invalidate_range(mca_rcache_base_module_t *rcache, void *bas
     stat_add(&m->n_events);
     if (VMT_OMPI_MODE_OPAL == m->mode && C.leader == m && NULL != C.cache) {
         stat_add(&m->n_forwarded);
+        in_opal_hook++;
         (void) vmt_invalidate(C.cache, base, size);
+        in_opal_hook--;
     }
     /* MODE_TRACKER: vmtrack's own tracker reports this change (at the right moment: kmod
      * before the pages go); forwarding it too would count it twice. */
@@ -333,6 +373,7 @@ static void vmt_ompi_finalize(mca_rcache_base_module_t *rcache)
     /* Deregisters what this device still has cached (held ones at their last put). */
     if (m->dev)
         vmt_device_detach(m->dev);
+    gc_drain(m);
     free(m->res.cache_name);
     free(m);
 }

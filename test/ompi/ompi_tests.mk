@@ -1,1 +1,19 @@
-# (tests of the Open MPI component: filled in below)
+# Tests of the Open MPI rcache component (included from ompi-rcache/ompi.mk, inside
+# `if HAVE_OMPI`). They load the component from the build tree (test/ompi/ompi_testenv.c).
+OMPI_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/test \
+	$(OMPI_INTERNAL_CPPFLAGS) $(CHECK_CFLAGS) $(URING_CFLAGS) \
+	-DVMT_OMPI_BUILDDIR='"$(abs_top_builddir)"' \
+	-DVMT_OMPI_SYSTEM_COMPONENTDIR='"$(OMPI_COMPONENTDIR)"'
+OMPI_TEST_LIBS = libvmtrack.la $(OMPI_LIBS) $(OMPI_PAL_LIBS) $(CHECK_LIBS)
+OMPI_TEST_LDOPTS = $(OMPI_RPATH)
+OMPI_TEST_DEPS = mca_rcache_vmtrack.la
+
+# The component through Open MPI's framework (fake BTL): semantics a BTL relies on.
+check_PROGRAMS += test/ompi/test_ompi_framework
+TESTS += test/ompi/test_ompi_framework
+test_ompi_test_ompi_framework_SOURCES = test/ompi/test_ompi_framework.c \
+	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+test_ompi_test_ompi_framework_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+test_ompi_test_ompi_framework_LDADD = $(OMPI_TEST_LIBS)
+test_ompi_test_ompi_framework_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ompi_test_ompi_framework_DEPENDENCIES = $(OMPI_TEST_DEPS)

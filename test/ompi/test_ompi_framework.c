@@ -1,0 +1,427 @@
+/* The vmtrack rcache component through Open MPI's own framework: MPI_Init (singleton), then
+ * mca_rcache_base_module_create("vmtrack", ...) with a fake BTL's register_mem/deregister_mem,
+ * and what a BTL relies on: base/bound/access of the registration it filled, its own fields,
+ * reference counts, cache hits (leave_pinned), CACHE_BYPASS and BTL-specific flags uncached,
+ * bad arguments refused, and one memory event reaching every cache in the process once.
+ * Each test runs in a child forked by Check after MPI_Init. */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "opal_config.h"
+#include "opal/mca/base/base.h"
+#include "opal/mca/rcache/base/base.h"
+#include "opal/mca/rcache/rcache.h"
+#include "opal/runtime/opal_params.h"
+
+#include "ompi-rcache/rcache_vmtrack.h"
+#include "ompi_testenv.h"
+#include "vmtrack.h"
+
+/* ---- a fake BTL ------------------------------------------------------------------------ */
+struct fake_reg {
+    mca_rcache_base_registration_t base;
+    uint64_t cookie;          /* what a BTL keeps in its registration (an lkey, an mr...) */
+    void *reg_base;
+    size_t reg_len;
+};
+
+struct fake_btl {
+    int nreg, ndereg, live;
+    int32_t last_access;
+    uint32_t last_flags;
+    int fail_with;            /* register_mem returns this once when nonzero */
+    int bad_fields;           /* register_mem saw base/bound/rcache it did not expect */
+};
+
+static int fake_register(void *reg_data, void *base, size_t size,
+                         mca_rcache_base_registration_t *reg)
+{
+    struct fake_btl *b = reg_data;
+    struct fake_reg *f = (struct fake_reg *) reg;
+    if (b->fail_with) {
+        int rc = b->fail_with;
+        b->fail_with = 0;
+        return rc;
+    }
+    /* like a real device: memory that is not mapped cannot be registered */
+    if (0 != msync((void *) ((uintptr_t) base & ~4095ul), size, MS_ASYNC))
+        return OPAL_ERR_BAD_PARAM;
+    if (reg->base != base || reg->bound != (unsigned char *) base + size - 1 || !reg->rcache)
+        b->bad_fields++;
+    b->nreg++;
+    b->live++;
+    b->last_access = reg->access_flags;
+    b->last_flags = reg->flags;
+    f->cookie = 0xC0FFEE0000ull + (uint64_t) b->nreg;
+    f->reg_base = base;
+    f->reg_len = size;
+    return OPAL_SUCCESS;
+}
+
+static int fake_deregister(void *reg_data, mca_rcache_base_registration_t *reg)
+{
+    struct fake_btl *b = reg_data;
+    struct fake_reg *f = (struct fake_reg *) reg;
+    if (f->cookie < 0xC0FFEE0000ull)
+        b->bad_fields++;
+    f->cookie = 0;
+    b->ndereg++;
+    b->live--;
+    return OPAL_SUCCESS;
+}
+
+static mca_rcache_base_module_t *make(const char *comp, const char *name, struct fake_btl *b)
+{
+    mca_rcache_base_resources_t res = {
+        .cache_name = (char *) name,
+        .reg_data = b,
+        .sizeof_reg = sizeof(struct fake_reg),
+        .register_mem = fake_register,
+        .deregister_mem = fake_deregister,
+    };
+    return mca_rcache_base_module_create(comp, NULL, &res);
+}
+
+static void *map_pages(size_t n)
+{
+    void *p = mmap(NULL, n * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    memset(p, 1, n * 4096);
+    return p;
+}
+
+#define REG(m, a, l, fl, acc, out) ((m)->rcache_register((m), (a), (l), (fl), (acc), (out)))
+#define DEREG(m, r) ((m)->rcache_deregister((m), (r)))
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+START_TEST(t_component_selected)
+{
+    /* (mca_rcache_base_component_lookup/module_lookup are declared but not exported in 4.1.4:
+     * walk the framework's lists.) */
+    mca_base_component_list_item_t *cli;
+    int found = 0;
+    OPAL_LIST_FOREACH(cli, &opal_rcache_base_framework.framework_components,
+                      mca_base_component_list_item_t) {
+        if (0 == strcmp(cli->cli_component->mca_component_name, "vmtrack"))
+            found++;
+    }
+    ck_assert_int_eq(found, 1);
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.0", &b);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_str_eq(m->rcache_component->rcache_version.mca_component_name, "vmtrack");
+    mca_rcache_base_selected_module_t *sm;
+    found = 0;
+    OPAL_LIST_FOREACH(sm, &mca_rcache_base_modules, mca_rcache_base_selected_module_t) {
+        if (sm->rcache_module == m)
+            found++;
+    }
+    ck_assert_int_eq(found, 1);
+    ck_assert_int_eq(mca_rcache_base_module_destroy(m), OPAL_SUCCESS);
+}
+END_TEST
+
+START_TEST(t_register_hit_refcount)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.0", &b);
+    ck_assert_ptr_nonnull(m);
+    mca_rcache_vmtrack_module_t *vm = (mca_rcache_vmtrack_module_t *) m;
+    ck_assert_int_ne(vm->mode, VMT_OMPI_MODE_UNCACHED);   /* leave_pinned in a singleton */
+
+    unsigned char *buf = map_pages(4);
+    mca_rcache_base_registration_t *r1 = NULL, *r2 = NULL, *r3 = NULL;
+    ck_assert_int_eq(REG(m, buf + 100, 1000, 0, MCA_RCACHE_ACCESS_LOCAL_WRITE, &r1), OPAL_SUCCESS);
+    ck_assert_ptr_nonnull(r1);
+    ck_assert_int_eq(b.nreg, 1);
+    ck_assert_int_eq(b.bad_fields, 0);
+    ck_assert(r1->base <= buf + 100);
+    ck_assert(r1->bound >= buf + 1099);
+    ck_assert_ptr_eq(r1->rcache, m);
+    ck_assert_int_eq(r1->ref_count, 1);
+    ck_assert(r1->access_flags & MCA_RCACHE_ACCESS_LOCAL_WRITE);
+    struct fake_reg *f = (struct fake_reg *) r1;
+    ck_assert_uint_eq(f->cookie, 0xC0FFEE0001ull);             /* the BTL's own field */
+    ck_assert_ptr_eq(f->reg_base, r1->base);
+
+    /* a hit inside the registered range: the same registration, no BTL call */
+    ck_assert_int_eq(REG(m, buf + 200, 500, 0, 0, &r2), OPAL_SUCCESS);
+    ck_assert_ptr_eq(r2, r1);
+    ck_assert_int_eq(r1->ref_count, 2);
+    ck_assert_int_eq(b.nreg, 1);
+
+    ck_assert_int_eq(DEREG(m, r2), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 0);                              /* leave_pinned: still cached */
+
+    ck_assert_int_eq(REG(m, buf + 100, 1000, 0, MCA_RCACHE_ACCESS_LOCAL_WRITE, &r3), OPAL_SUCCESS);
+    ck_assert_ptr_eq(r3, r1);
+    ck_assert_int_eq(b.nreg, 1);
+    ck_assert_int_eq(DEREG(m, r3), OPAL_SUCCESS);
+
+    /* finalizing the module deregisters what it cached */
+    ck_assert_int_eq(mca_rcache_base_module_destroy(m), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 1);
+    ck_assert_int_eq(b.live, 0);
+    munmap(buf, 4 * 4096);
+}
+END_TEST
+
+START_TEST(t_access_upgrade)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.0", &b);
+    unsigned char *buf = map_pages(2);
+    mca_rcache_base_registration_t *r1 = NULL, *r2 = NULL;
+    ck_assert_int_eq(REG(m, buf, 4096, 0, MCA_RCACHE_ACCESS_LOCAL_WRITE, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(b.last_access & MCA_RCACHE_ACCESS_REMOTE_WRITE, 0);
+    int32_t want = MCA_RCACHE_ACCESS_REMOTE_WRITE | MCA_RCACHE_ACCESS_REMOTE_READ;
+    ck_assert_int_eq(REG(m, buf, 4096, 0, want, &r2), OPAL_SUCCESS);
+    ck_assert_int_eq(r2->access_flags & want, want);           /* BTL registered with them */
+    ck_assert_int_eq(b.last_access & want, want);
+    ck_assert_int_eq(b.nreg, 2);
+    ck_assert_int_eq(DEREG(m, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r2), OPAL_SUCCESS);
+    mca_rcache_base_module_destroy(m);
+    ck_assert_int_eq(b.live, 0);
+    munmap(buf, 2 * 4096);
+}
+END_TEST
+
+START_TEST(t_bypass_and_btl_flags_uncached)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.0", &b);
+    unsigned char *buf = map_pages(2);
+    mca_rcache_base_registration_t *r1 = NULL, *r2 = NULL;
+    ck_assert_int_eq(REG(m, buf, 4096, MCA_RCACHE_FLAGS_CACHE_BYPASS, 0, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(m, buf, 4096, MCA_RCACHE_FLAGS_CACHE_BYPASS, 0, &r2), OPAL_SUCCESS);
+    ck_assert_ptr_ne(r1, r2);
+    ck_assert_int_eq(b.nreg, 2);
+    ck_assert(r1->flags & MCA_RCACHE_FLAGS_CACHE_BYPASS);
+    ck_assert_int_eq(DEREG(m, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 1);                              /* not kept */
+    ck_assert_int_eq(DEREG(m, r2), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 2);
+
+    /* a flag the BTL interprets in register_mem reaches it, unshared */
+    ck_assert_int_eq(REG(m, buf, 4096, MCA_RCACHE_FLAGS_SO_MEM, 0, &r1), OPAL_SUCCESS);
+    ck_assert(b.last_flags & MCA_RCACHE_FLAGS_SO_MEM);
+    ck_assert_int_eq(DEREG(m, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 3);
+
+    /* PERSIST: cached and held like any registration */
+    ck_assert_int_eq(REG(m, buf, 4096, MCA_RCACHE_FLAGS_PERSIST, 0, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0, &r2), OPAL_SUCCESS);
+    ck_assert_ptr_eq(r1, r2);
+    ck_assert_int_eq(DEREG(m, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r2), OPAL_SUCCESS);
+    mca_rcache_base_module_destroy(m);
+    ck_assert_int_eq(b.live, 0);
+    munmap(buf, 2 * 4096);
+}
+END_TEST
+
+START_TEST(t_bad_arguments)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.0", &b);
+    unsigned char *buf = map_pages(1);
+    mca_rcache_base_registration_t *r = (void *) 1;
+    ck_assert_int_eq(REG(m, NULL, 4096, 0, 0, &r), OPAL_ERR_BAD_PARAM);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(REG(m, buf, 0, 0, 0, &r), OPAL_ERR_BAD_PARAM);
+    ck_assert_int_eq(REG(m, buf, 4096, MCA_RCACHE_FLAGS_INVALID, 0, &r), OPAL_ERR_BAD_PARAM);
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0x100, &r), OPAL_ERR_BAD_PARAM);
+    ck_assert_int_eq(b.nreg, 0);
+
+    /* unmapped memory: an error reaches the caller, nothing stays registered */
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0, &r), OPAL_SUCCESS);   /* warm the cache up */
+    ck_assert_int_eq(DEREG(m, r), OPAL_SUCCESS);
+    int live = b.live;
+    size_t hole_len = 256 * 4096;
+    unsigned char *hole = mmap(NULL, hole_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    munmap(hole, hole_len);
+    ck_assert_int_ne(REG(m, hole + hole_len / 2, 4096, 0, 0, &r), OPAL_SUCCESS);
+    ck_assert_int_eq(b.live, live);
+
+    /* the BTL's own error comes back unchanged */
+    unsigned char *other = map_pages(1);
+    b.fail_with = OPAL_ERR_NOT_AVAILABLE;
+    ck_assert_int_eq(REG(m, other, 4096, 0, 0, &r), OPAL_ERR_NOT_AVAILABLE);
+    ck_assert_int_eq(b.live, live);
+    munmap(other, 4096);
+
+    /* double deregister is refused, not a crash */
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0, &r), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r), OPAL_ERR_BAD_PARAM);
+    mca_rcache_base_module_destroy(m);
+    ck_assert_int_eq(b.live, 0);
+    munmap(buf, 4096);
+}
+END_TEST
+
+START_TEST(t_leave_pinned_off_uncached)
+{
+    int saved = opal_leave_pinned;
+    opal_leave_pinned = 0;                                      /* --mca mpi_leave_pinned 0 */
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.lp0", &b);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(((mca_rcache_vmtrack_module_t *) m)->mode, VMT_OMPI_MODE_UNCACHED);
+    unsigned char *buf = map_pages(1);
+    mca_rcache_base_registration_t *r = NULL;
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0, &r), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, r), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 1);                              /* nothing left pinned */
+    mca_rcache_base_module_destroy(m);
+    opal_leave_pinned = saved;
+    munmap(buf, 4096);
+}
+END_TEST
+
+static int events_in_range;
+static unsigned char *watched;
+static size_t watched_len;
+static void count_event(void *arg, const void *addr, size_t len)
+{
+    (void) arg;
+    const unsigned char *a = addr;
+    if (a < watched + watched_len && a + len > watched)
+        __atomic_fetch_add(&events_in_range, 1, __ATOMIC_RELAXED);
+}
+
+/* grdma and two vmtrack modules register the same buffer; munmap through libc. Every cache
+ * must drop it (the next registration of the same range reaches each BTL again), and the
+ * shared vmtrack cache must see the event exactly once although Open MPI's hook calls every
+ * vmtrack module's invalidate_range. */
+START_TEST(t_event_reaches_every_cache_once)
+{
+    struct fake_btl bg = {0}, b1 = {0}, b2 = {0};
+    mca_rcache_base_module_t *g = make("grdma", "fake.g", &bg);
+    mca_rcache_base_module_t *v1 = make("vmtrack", "fake.v1", &b1);
+    mca_rcache_base_module_t *v2 = make("vmtrack", "fake.v2", &b2);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_nonnull(v1);
+    ck_assert_ptr_nonnull(v2);
+    const char *tracker = vmt_cache_tracker(vmt_shared());
+    fprintf(stderr, "[events] vmtrack tracker: %s\n", tracker);
+
+    watched_len = 16 * 4096;
+    watched = map_pages(16);
+    ck_assert_int_eq(vmt_subscribe(vmt_shared(), count_event, NULL), 0);
+    mca_rcache_base_registration_t *rg, *r1, *r2;
+    ck_assert_int_eq(REG(g, watched, watched_len, 0, 0, &rg), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(v1, watched, watched_len, 0, 0, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(v2, watched, watched_len, 0, 0, &r2), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(g, rg), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(v1, r1), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(v2, r2), OPAL_SUCCESS);
+    ck_assert_int_eq(bg.nreg + b1.nreg + b2.nreg, 3);
+    ck_assert_int_eq(bg.ndereg + b1.ndereg + b2.ndereg, 0);   /* all cached */
+
+    struct vmt_stats s0 = {.sz = sizeof(s0)}, s1 = {.sz = sizeof(s1)};
+    vmt_stats_get(vmt_shared(), &s0);
+    ck_assert_int_eq(munmap(watched, watched_len), 0);
+    ck_assert_int_eq(events_in_range, 1);                       /* once, not once per module */
+    vmt_stats_get(vmt_shared(), &s1);
+    ck_assert_uint_ge(s1.invalidations - s0.invalidations, 1); /* the entry of v1 and v2 */
+
+    /* the same address again: every cache must register anew */
+    void *again = mmap(watched, watched_len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ck_assert_ptr_eq(again, watched);
+    ck_assert_int_eq(REG(g, watched, watched_len, 0, 0, &rg), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(v1, watched, watched_len, 0, 0, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(v2, watched, watched_len, 0, 0, &r2), OPAL_SUCCESS);
+    ck_assert_int_eq(bg.nreg, 2);
+    ck_assert_int_eq(b1.nreg, 2);
+    ck_assert_int_eq(b2.nreg, 2);
+    /* and the old registrations were deregistered (out of the hook, at the next call) */
+    ck_assert_int_eq(bg.ndereg, 1);
+    ck_assert_int_eq(b1.ndereg, 1);
+    ck_assert_int_eq(b2.ndereg, 1);
+    ck_assert_int_eq(bg.bad_fields + b1.bad_fields + b2.bad_fields, 0);
+    mca_rcache_vmtrack_module_t *m1 = (mca_rcache_vmtrack_module_t *) v1;
+    mca_rcache_vmtrack_module_t *m2 = (mca_rcache_vmtrack_module_t *) v2;
+    if (VMT_OMPI_MODE_OPAL == m1->mode)
+        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 1);
+    else
+        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 0);
+    DEREG(g, rg);
+    DEREG(v1, r1);
+    DEREG(v2, r2);
+    vmt_unsubscribe(vmt_shared(), count_event, NULL);
+    mca_rcache_base_module_destroy(v2);
+    mca_rcache_base_module_destroy(v1);
+    mca_rcache_base_module_destroy(g);
+    ck_assert_int_eq(b1.live + b2.live, 0);
+    munmap(watched, watched_len);
+}
+END_TEST
+
+/* A held registration survives an unmap (no deregistration under the BTL's feet) and is
+ * deregistered at its last deregister. */
+START_TEST(t_held_registration_survives_unmap)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.h", &b);
+    unsigned char *buf = map_pages(4);
+    mca_rcache_base_registration_t *r = NULL, *r2 = NULL;
+    ck_assert_int_eq(REG(m, buf, 4 * 4096, 0, 0, &r), OPAL_SUCCESS);
+    ck_assert_int_eq(munmap(buf, 4 * 4096), 0);                 /* no _exit, no dereg */
+    ck_assert_int_eq(b.ndereg, 0);
+    ck_assert_uint_eq(((struct fake_reg *) r)->cookie, 0xC0FFEE0001ull);
+    void *again = mmap(buf, 4 * 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ck_assert_ptr_eq(again, buf);
+    ck_assert_int_eq(REG(m, buf, 4 * 4096, 0, 0, &r2), OPAL_SUCCESS);
+    ck_assert_ptr_ne(r2, r);                                    /* not the stale one */
+    ck_assert_int_eq(b.nreg, 2);
+    ck_assert_int_eq(DEREG(m, r), OPAL_SUCCESS);
+    ck_assert_int_eq(b.ndereg, 1);                              /* dropped: freed at last put */
+    ck_assert_int_eq(DEREG(m, r2), OPAL_SUCCESS);
+    mca_rcache_base_module_destroy(m);
+    ck_assert_int_eq(b.live, 0);
+    munmap(buf, 4 * 4096);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("ompi-rcache");
+    TCase *tc = tcase_create("framework");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, t_component_selected);
+    tcase_add_test(tc, t_register_hit_refcount);
+    tcase_add_test(tc, t_access_upgrade);
+    tcase_add_test(tc, t_bypass_and_btl_flags_uncached);
+    tcase_add_test(tc, t_bad_arguments);
+    tcase_add_test(tc, t_leave_pinned_off_uncached);
+    tcase_add_test(tc, t_event_reaches_every_cache_once);
+    tcase_add_test(tc, t_held_registration_survives_unmap);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (0 != vmt_ompi_test_mpi_init(&argc, &argv))
+        return 99;
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
