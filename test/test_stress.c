@@ -32,6 +32,23 @@ static void stress(const char *tracker)
                   r.stale, r.errors, r.detail);
 }
 
+/* Positive control: with nothing tracking the address space ("none") the same stress must
+ * find stale or wrong writes, or it proves nothing. */
+START_TEST(test_none_finds_stale)
+{
+    struct scn_stress_opts o;
+    memset(&o, 0, sizeof(o));
+    o.duration_ms = 1500;
+    struct scn_stress_result r;
+    int ret = scn_stress(&scn_provider_vmtrack, "none", &o, &r);
+    ck_assert_msg(ret == 0, "stress with none: %s (%s)", strerror(-ret), r.detail);
+    printf("none   %lu writes checked, %lu address-space changes, %lu stale, %lu wrong "
+           "(expected: nothing tracks)\n", r.writes, r.mutations, r.stale, r.errors);
+    fflush(stdout);
+    ck_assert_msg(r.stale + r.errors > 0, "the stress did not notice anything without a tracker");
+}
+END_TEST
+
 START_TEST(test_kmod) { stress("kmod"); }
 END_TEST
 START_TEST(test_hooks) { stress("hooks"); }
@@ -46,6 +63,7 @@ int main(void)
     Suite *s = suite_create("stress");
     TCase *tc = tcase_create("trackers");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_none_finds_stale);
     tcase_add_test(tc, test_kmod);
     tcase_add_test(tc, test_hooks);
     tcase_add_test(tc, test_uffd);

@@ -20,8 +20,41 @@ struct vprov {
 /* Errors of vmt_cache_create that mean "this tracker cannot be used here". */
 static int tracker_unavailable(int ret)
 {
+    /* -EBUSY: another patcher (UCX's ucm, Open MPI's) owns an entry the hooks would patch. */
     return ret == -ENOTSUP || ret == -ENODEV || ret == -ENOSYS || ret == -EPERM ||
-           ret == -EACCES || ret == -ENOENT;
+           ret == -EACCES || ret == -ENOENT || ret == -EBUSY;
+}
+
+/* The core says why a tracker cannot be used in the report of an "auto" cache: one line
+ * "name: reason" per tracker. Use that line when there is one. */
+static void explain_unavailable(const char *tracker, char *why, size_t whylen)
+{
+    struct vmt_cache_opts o;
+    memset(&o, 0, sizeof(o));
+    o.sz = sizeof(o);
+    o.tracker = "auto";
+    struct vmt_cache *c;
+    if (vmt_cache_create(&o, &c) < 0)
+        return;
+    char rep[2048];
+    vmt_cache_tracker_report(c, rep, sizeof(rep));
+    vmt_cache_destroy(c);
+    size_t n = strlen(tracker);
+    for (char *line = rep; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        if (!strncmp(line, tracker, n) && line[n] == ':') {
+            const char *r = line + n + 1;
+            while (*r == ' ')
+                r++;
+            if (!strncmp(r, "unavailable: ", 13))
+                r += 13;
+            snprintf(why, whylen, "%s", r);
+            return;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
 }
 
 static int vp_attach(struct vprov *v, struct io_uring *ring, char *why, size_t whylen)
@@ -46,6 +79,8 @@ static int vp_setup(void **ctx, struct io_uring *ring, const char *variant, char
     if (ret < 0) {
         snprintf(why, whylen, "tracker %s: %s", variant ? variant : "auto", strerror(-ret));
         free(v);
+        if (tracker_unavailable(ret) && variant)
+            explain_unavailable(variant, why, whylen);
         return tracker_unavailable(ret) ? -ENOTSUP : ret;
     }
     v->own_cache = 1;
