@@ -1,0 +1,159 @@
+/* The hooks tracker through the public API: every change libc makes is caught (including
+ * libc's own munmap inside free()), a raw system call is not; patching while other threads run
+ * the patched functions; conflict with another patcher; unpatching. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+
+#include "test_hooks_uffd_common.h"
+
+static unsigned char *libc_munmap(void)
+{
+    void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(h);
+    unsigned char *f = dlsym(h, "munmap");
+    ck_assert_ptr_nonnull(f);
+    return f;
+}
+
+START_TEST(t_auto_report)
+{
+    struct vmt_cache *c;
+    struct vmt_cache_opts o = {.sz = sizeof o, .tracker = "auto"};
+    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
+    char buf[2048];
+    vmt_cache_tracker_report(c, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "hooks: in use") || strstr(buf, "hooks: available"),
+                  "hooks not available on a clean libc: %s", buf);
+    vmt_cache_destroy(c);
+}
+END_TEST
+
+/* The patch goes in with the cache and comes out with the last hooks cache. */
+START_TEST(t_unpatch)
+{
+    unsigned char *f = libc_munmap(), before[16], during[16];
+    memcpy(before, f, 16);
+    struct env a, b;
+    env_setup(&a);
+    memcpy(during, f, 16);
+    ck_assert_int_eq(during[0], 0xe9); /* jmp rel32 */
+    ck_assert_int_eq(memcmp(before + 5, during + 5, 11), 0); /* nothing beyond 5 bytes */
+    env_setup(&b);
+    env_close(&a);
+    ck_assert_int_eq(memcmp(f, during, 16), 0); /* b still uses it */
+    env_close(&b);
+    ck_assert_int_eq(memcmp(f, before, 16), 0);
+    /* and again */
+    env_setup(&a);
+    ck_assert_int_eq(f[0], 0xe9);
+    void *p = map_anon(MB);
+    cache_it(&a, p, MB, NULL);
+    munmap(p, MB);
+    assert_dropped(&a, "munmap after re-patch");
+    env_close(&a);
+    ck_assert_int_eq(memcmp(f, before, 16), 0);
+}
+END_TEST
+
+/* What another patcher (UCX ucm, Open MPI) leaves at an entry: movabs $target,%r11; jmp *%r11. */
+static int foreign_munmap(void *addr, size_t len)
+{
+    return (int)syscall(SYS_munmap, addr, len);
+}
+
+START_TEST(t_conflict)
+{
+    unsigned char *f = libc_munmap(), saved[16];
+    memcpy(saved, f, 16);
+    uintptr_t page = (uintptr_t)f & ~4095ul;
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
+    void *target = (void *)foreign_munmap;
+    memcpy(code + 2, &target, 8);
+    memcpy(f, code, sizeof code);
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+
+    struct env e;
+    int rc = env_open(&e, "hooks", 0);
+    ck_assert_int_eq(rc, -EBUSY);
+    /* auto passes over hooks and says why */
+    struct vmt_cache *c;
+    struct vmt_cache_opts o = {.sz = sizeof o, .tracker = "auto"};
+    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
+    ck_assert_str_ne(vmt_cache_tracker(c), "hooks");
+    char buf[2048];
+    vmt_cache_tracker_report(c, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "munmap") && strstr(buf, "already patched by"), "report: %s", buf);
+    ck_assert_msg(strstr(buf, "test_hooks"), "owner not named: %s", buf);
+    vmt_cache_destroy(c);
+    /* our bytes were not written: the foreign patch is intact */
+    ck_assert_int_eq(memcmp(f, code, sizeof code), 0);
+
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    memcpy(f, saved, 16);
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    ck_assert_int_eq(env_open(&e, "hooks", 0), 0);
+    env_close(&e);
+}
+END_TEST
+
+/* mmap64 and brk are the same code paths; brk shrink through brk() itself. */
+START_TEST(t_brk_shrink)
+{
+    struct env e;
+    env_setup(&e);
+    free(malloc(64));
+    char *cur = sbrk(0);
+    char *base = (char *)(((uintptr_t)cur + 4095) & ~4095ul);
+    ck_assert_int_eq(brk(base + 2 * MB), 0);
+    memset(base, 1, 2 * MB);
+    cache_it(&e, base, 2 * MB, NULL);
+    if (sbrk(0) == base + 2 * MB) {
+        ck_assert_int_eq(brk(base), 0);
+        ck_assert_ptr_eq(sbrk(0), base);
+        assert_dropped(&e, "brk shrink");
+    }
+    env_close(&e);
+}
+END_TEST
+
+START_TEST(t_errno_preserved)
+{
+    struct env e;
+    env_setup(&e);
+    errno = 0;
+    ck_assert_int_eq(munmap((void *)1, 4096), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    errno = 0;
+    ck_assert_ptr_eq(mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 1), MAP_FAILED);
+    ck_assert_int_eq(errno, EINVAL);
+    errno = 0;
+    ck_assert_int_eq(madvise((void *)1, 4096, MADV_DONTNEED), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(shmdt((void *)4096), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    env_close(&e);
+}
+END_TEST
+
+int main(void)
+{
+    g_tracker = "hooks";
+    int rc = skip_unless_available("hooks");
+    if (rc)
+        return rc;
+    Suite *s = suite_create("hooks tracker");
+    TCase *tc = tcase_create("changes");
+    tcase_set_timeout(tc, 60);
+    add_common_cases(tc);
+    tcase_add_test(tc, t_brk_shrink);
+    tcase_add_test(tc, t_errno_preserved);
+    suite_add_tcase(s, tc);
+    TCase *tp = tcase_create("patching");
+    tcase_set_timeout(tp, 60);
+    tcase_add_test(tp, t_auto_report);
+    tcase_add_test(tp, t_unpatch);
+    tcase_add_test(tp, t_conflict);
+    suite_add_tcase(s, tp);
+    return run_suite(s);
+}

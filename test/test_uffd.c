@@ -1,0 +1,158 @@
+/* The uffd tracker through the public API: the changes (raw system calls included), faults on
+ * watched pages served, watches that survive re-mapping and overlaps, monitor shutdown. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+
+#include "test_hooks_uffd_common.h"
+
+/* The fake device populates nothing: touching the rest of a watched range takes missing-page
+ * faults that the monitor must serve (zero pages), from several threads. */
+static void *toucher(void *arg)
+{
+    char *p = arg;
+    for (size_t off = 0; off < 4 * MB; off += 4096)
+        p[off] = (char)(off >> 12);
+    return NULL;
+}
+
+START_TEST(t_faults_served)
+{
+    struct env e;
+    env_setup(&e);
+    char *p = mmap(NULL, 8 * MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    p[0] = 1;
+    cache_it(&e, p, 8 * MB, NULL);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, toucher, p + 4 * MB), 0);
+    for (size_t off = 4096; off < 4 * MB; off += 4096)
+        ck_assert_int_eq(p[off], 0);
+    pthread_join(t, NULL);
+    for (size_t off = 0; off < 4 * MB; off += 4096)
+        ck_assert_int_eq(p[4 * MB + off], (char)(off >> 12));
+    /* a kernel-side access to a not-yet-present watched page (read into it) */
+    int fd = open("/dev/zero", O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(madvise(p, 8 * MB, MADV_DONTNEED), 0);
+    ssize_t n = read(fd, p + 4096, 8192);
+    close(fd);
+    ck_assert_msg(n == 8192, "read into a watched range: %zd (%s)", n, strerror(errno));
+    munmap(p, 8 * MB);
+    env_close(&e);
+}
+END_TEST
+
+/* A new mapping at an address that was watched before keeps its own watch when the old
+ * entry's watch is dropped. */
+START_TEST(t_rewatch_same_address)
+{
+    struct env e;
+    env_setup(&e);
+    void *p = map_anon(MB);
+    struct vmt_reg *old;
+    cache_it(&e, p, MB, &old);
+    munmap(p, MB);
+    ck_assert_uint_eq(stats(&e).entries, 0);
+    void *q = mmap(p, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_eq(q, p);
+    memset(q, 2, MB);
+    cache_it(&e, q, MB, NULL);
+    vmt_put(old);    /* the old entry goes away now: its unwatch must not drop q's watch */
+    vmt_flush(e.c);  /* (flush drops q's entry too: cache it again) */
+    cache_it(&e, q, MB, NULL);
+    long before = (long)stats(&e).invalidations;
+    ck_assert_int_eq(syscall(SYS_munmap, q, MB), 0);
+    ck_assert_uint_eq(stats(&e).entries, 0);
+    ck_assert_int_gt((long)stats(&e).invalidations, before);
+    env_close(&e);
+}
+END_TEST
+
+/* Overlapping entries (no merging): dropping one unregisters only what the other does not
+ * cover. */
+START_TEST(t_overlap)
+{
+    struct env e;
+    int rc = env_open(&e, g_tracker, VMT_CACHE_NO_MERGE);
+    ck_assert_int_eq(rc, 0);
+    char *p = map_anon(2 * MB);
+    struct vmt_reg *a, *b;
+    ck_assert_int_eq(vmt_get(e.dev, p, MB, VMT_ACCESS_READ, &a), 0);
+    ck_assert_int_eq(vmt_get(e.dev, p + MB / 2, MB, VMT_ACCESS_READ, &b), 0);
+    vmt_put(a); /* a left the index when b came; now it is reaped and unwatched */
+    vmt_put(b);
+    ck_assert_uint_eq(stats(&e).entries, 1);
+    ck_assert_int_eq(atomic_load(&e.f.deregs), 1); /* a was reaped (and unwatched) */
+    /* in the overlap: a's unwatch must not have unregistered b's pages */
+    ck_assert_int_eq(syscall(SYS_munmap, p + 3 * MB / 4, 4096), 0);
+    ck_assert_uint_eq(stats(&e).entries, 0);
+    munmap(p, 2 * MB);
+    env_close(&e);
+}
+END_TEST
+
+START_TEST(t_file_uncached)
+{
+    struct env e;
+    env_setup(&e);
+    char path[] = "/tmp/vmtrack-uffd-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    ck_assert_int_eq(ftruncate(fd, MB), 0);
+    void *p = mmap(NULL, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    struct vmt_reg *r;
+    ck_assert_int_eq(vmt_get(e.dev, p, MB, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    struct vmt_stats s = stats(&e);
+    ck_assert_uint_eq(s.entries, 0);
+    ck_assert_uint_ge(s.uncached, 1);
+    munmap(p, MB);
+    close(fd);
+    env_close(&e);
+}
+END_TEST
+
+/* Start and stop the monitor many times with watched ranges and events in flight. */
+START_TEST(t_shutdown)
+{
+    for (int i = 0; i < 30; i++) {
+        struct env e;
+        env_setup(&e);
+        void *p = map_anon(MB), *q = map_anon(MB);
+        cache_it(&e, p, MB, NULL);
+        munmap(p, MB);
+        struct vmt_reg *r;
+        ck_assert_int_eq(vmt_get(e.dev, q, MB, VMT_ACCESS_READ, &r), 0);
+        vmt_put(r);
+        env_close(&e); /* q is still watched: closing the fd must drop the registration */
+        ((volatile char *)q)[4096] = 3;
+        ck_assert_int_eq(madvise(q, MB, MADV_DONTNEED), 0); /* no monitor: must not block */
+        ck_assert_int_eq(((volatile char *)q)[4096], 0);
+        munmap(q, MB);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    g_tracker = "uffd";
+    int rc = skip_unless_available("uffd");
+    if (rc)
+        return rc;
+    Suite *s = suite_create("uffd tracker");
+    TCase *tc = tcase_create("changes");
+    tcase_set_timeout(tc, 60);
+    add_common_cases(tc);
+    suite_add_tcase(s, tc);
+    TCase *tu = tcase_create("uffd");
+    tcase_set_timeout(tu, 60);
+    tcase_add_test(tu, t_faults_served);
+    tcase_add_test(tu, t_rewatch_same_address);
+    tcase_add_test(tu, t_overlap);
+    tcase_add_test(tu, t_file_uncached);
+    tcase_add_test(tu, t_shutdown);
+    suite_add_tcase(s, tu);
+    return run_suite(s);
+}

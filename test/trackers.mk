@@ -1,0 +1,12 @@
+# Tests of the user-space trackers (issue 3): hooks and uffd, through the public API with a
+# counting fake device; and their micro-benchmark (built by `make check`, not run as a test).
+check_PROGRAMS += test/test_hooks test/test_uffd test/bench_trackers
+TESTS += test/test_hooks test/test_uffd
+test_test_hooks_SOURCES = test/test_hooks.c test/test_hooks_uffd_common.h test/fake_device.h
+test_test_hooks_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_hooks_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread -ldl
+test_test_uffd_SOURCES = test/test_uffd.c test/test_hooks_uffd_common.h test/fake_device.h
+test_test_uffd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_uffd_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+test_bench_trackers_SOURCES = test/bench_trackers.c
+test_bench_trackers_LDADD = libvmtrack.la
