@@ -250,7 +250,7 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
         if (NULL == cache) {
             int err = errno ? errno : EINVAL;
             snprintf(why, whylen, "vmtrack's shared cache could not be created with tracker "
-                     "\"%s\": %s", want, vmt_strerror(-err));
+                     "\"%s\": %s", want, strerror(err));
             return -err;
         }
         const char *in_use = vmt_cache_tracker(cache);

@@ -17,3 +17,14 @@ test_ompi_test_ompi_framework_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_test_ompi_framework_LDADD = $(OMPI_TEST_LIBS)
 test_ompi_test_ompi_framework_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_framework_DEPENDENCIES = $(OMPI_TEST_DEPS)
+
+# The scenario suite through the framework, for vmtrack (each tracker) and grdma.
+check_PROGRAMS += test/ompi/test_ompi_scenarios
+TESTS += test/ompi/test_ompi_scenarios
+test_ompi_test_ompi_scenarios_SOURCES = test/ompi/test_ompi_scenarios.c \
+	test/ompi/ompi_provider.c test/ompi/ompi_provider.h \
+	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+test_ompi_test_ompi_scenarios_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+test_ompi_test_ompi_scenarios_LDADD = libscenarios.la $(OMPI_TEST_LIBS) $(URING_LIBS)
+test_ompi_test_ompi_scenarios_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ompi_test_ompi_scenarios_DEPENDENCIES = $(OMPI_TEST_DEPS)

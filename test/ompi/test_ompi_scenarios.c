@@ -1,0 +1,125 @@
+/* The scenario suite (test/scenarios/) through Open MPI's rcache framework: after MPI_Init,
+ * each scenario creates its module with mca_rcache_base_module_create ("vmtrack" with each
+ * tracker available here, and "grdma") over io_uring fixed buffers, changes the address space
+ * and checks with WRITE_FIXED whether a stale registration was used. Prints the table.
+ *
+ * Asserted: vmtrack never hands out a stale registration where its event source claims the
+ * change (kmod, pass: every scenario; "none": exactly what Open MPI's memory hooks report, so
+ * its column must equal grdma's, which uses the same hooks); nothing crashes or errors. */
+#include <check.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "ompi_provider.h"
+#include "ompi_testenv.h"
+
+struct column {
+    const struct scn_provider *p;
+    const char *variant;
+    const char *title;
+    struct scn_outcome out[32];
+    int available;
+};
+
+static bool acceptable(enum scn_result r)
+{
+    return SCN_CAUGHT == r || SCN_NA == r;
+}
+
+START_TEST(t_scenarios)
+{
+    struct column cols[] = {
+        {&scn_provider_ompi_grdma, NULL, "grdma", {{0}}, 0},
+        {&scn_provider_ompi_vmtrack, NULL, "vmtrack(auto)", {{0}}, 0},
+        {&scn_provider_ompi_vmtrack, "none", "vmtrack none", {{0}}, 0},
+        {&scn_provider_ompi_vmtrack, "kmod", "vmtrack kmod", {{0}}, 0},
+        {&scn_provider_ompi_vmtrack, "pass", "vmtrack pass", {{0}}, 0},
+        {&scn_provider_ompi_vmtrack, "hooks", "vmtrack hooks", {{0}}, 0},
+    };
+    const size_t ncols = sizeof(cols) / sizeof(cols[0]);
+    ck_assert_uint_le(scn_scenario_count, 32);
+
+    for (size_t c = 0; c < ncols; c++) {
+        for (size_t i = 0; i < scn_scenario_count; i++) {
+            struct scn_outcome *o = &cols[c].out[i];
+            int ret = scn_run(&scn_scenarios[i], cols[c].p, cols[c].variant, 0, o);
+            ck_assert_int_eq(ret, 0);
+            if (SCN_UNAVAILABLE != o->result)
+                cols[c].available = 1;
+        }
+    }
+
+    printf("\n%-20s", "scenario");
+    for (size_t c = 0; c < ncols; c++)
+        printf(" %-14s", cols[c].title);
+    printf("\n");
+    for (size_t i = 0; i < scn_scenario_count; i++) {
+        printf("%-20s", scn_scenarios[i].name);
+        for (size_t c = 0; c < ncols; c++)
+            printf(" %-14s", scn_result_name(cols[c].out[i].result));
+        printf("\n");
+    }
+    for (size_t c = 0; c < ncols; c++) {
+        for (size_t i = 0; i < scn_scenario_count; i++) {
+            const struct scn_outcome *o = &cols[c].out[i];
+            if (SCN_CAUGHT != o->result && o->detail[0]) {
+                printf("  %s / %s: %s: %s\n", cols[c].title, scn_scenarios[i].name,
+                       scn_result_name(o->result), o->detail);
+                if (SCN_UNAVAILABLE == o->result)
+                    break;   /* the same reason for every scenario */
+            }
+        }
+    }
+    fflush(stdout);
+
+    ck_assert_msg(cols[0].available, "grdma unavailable: %s", cols[0].out[0].detail);
+    ck_assert_msg(cols[2].available, "vmtrack with Open MPI's events unavailable: %s",
+                  cols[2].out[0].detail);
+    for (size_t i = 0; i < scn_scenario_count; i++) {
+        const char *name = scn_scenarios[i].name;
+        for (size_t c = 1; c < ncols; c++) {
+            enum scn_result r = cols[c].out[i].result;
+            ck_assert_msg(SCN_ERROR != r && SCN_CRASH != r, "%s / %s: %s: %s", cols[c].title,
+                          name, scn_result_name(r), cols[c].out[i].detail);
+        }
+        /* "none": fed by the same hooks as grdma, it must see exactly what grdma sees. */
+        enum scn_result g = cols[0].out[i].result, n = cols[2].out[i].result;
+        if ((SCN_CAUGHT == g || SCN_STALE == g) && (SCN_CAUGHT == n || SCN_STALE == n))
+            ck_assert_msg(g == n, "%s: grdma %s but vmtrack(none) %s", name,
+                          scn_result_name(g), scn_result_name(n));
+        if (SCN_CAUGHT == g)
+            ck_assert_msg(acceptable(n), "%s: grdma caught it, vmtrack(none) %s: %s", name,
+                          scn_result_name(n), cols[2].out[i].detail);
+        /* kmod and pass claim every scenario */
+        for (size_t c = 3; c <= 4; c++) {
+            enum scn_result r = cols[c].out[i].result;
+            if (SCN_UNAVAILABLE != r && scn_vmtrack_claims(cols[c].variant, name))
+                ck_assert_msg(acceptable(r), "%s / %s: %s: %s", cols[c].title, name,
+                              scn_result_name(r), cols[c].out[i].detail);
+        }
+    }
+    /* hooks next to Open MPI's own memory patcher: refused, never run as a second patcher */
+    ck_assert_msg(!cols[5].available, "vmtrack hooks ran next to Open MPI's patcher");
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (0 != vmt_ompi_test_mpi_init(&argc, &argv))
+        return 99;
+    Suite *s = suite_create("ompi-scenarios");
+    TCase *tc = tcase_create("framework");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, t_scenarios);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
