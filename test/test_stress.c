@@ -1,6 +1,6 @@
 /* Concurrency stress for every tracker available here that claims the changes it makes
  * (munmap/mmap, MAP_FIXED, MADV_DONTNEED, mremap, free/malloc): zero stale or wrong writes.
- * Bounded: VMTRACK_STRESS_MS per tracker (default 2000). */
+ * Bounded: SCN_STRESS_MS per tracker (default 2000). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -14,7 +14,7 @@ static void stress(const char *tracker)
 {
     struct scn_stress_opts o;
     memset(&o, 0, sizeof(o));
-    const char *ms = getenv("VMTRACK_STRESS_MS");
+    const char *ms = getenv("SCN_STRESS_MS");
     o.duration_ms = ms ? (unsigned)atoi(ms) : 2000;
     struct scn_stress_result r;
     int ret = scn_stress(&scn_provider_vmtrack, tracker, &o, &r);

@@ -66,7 +66,7 @@ struct cell {
  * hooks off. Returns only if it did not re-execute. */
 static void reexec_without_ucm(void)
 {
-    if (getenv("UCX_MEM_MMAP_HOOK_MODE") || getenv("VMTRACK_CHECK_REEXEC"))
+    if (getenv("UCX_MEM_MMAP_HOOK_MODE") || getenv("VMT_CHECK_REEXEC"))
         return;
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f)
@@ -94,7 +94,7 @@ static void reexec_without_ucm(void)
     args[na] = NULL;
     setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
     setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
-    setenv("VMTRACK_CHECK_REEXEC", "1", 1);
+    setenv("VMT_CHECK_REEXEC", "1", 1);
     fflush(NULL);
     execv("/proc/self/exe", args);
     /* could not: go on, the hooks column will say why it is unavailable */

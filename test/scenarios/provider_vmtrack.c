@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <vmtrack.h>
 #include <vmtrack/iouring.h>
 
 #include "scenario.h"
+#include "scn_internal.h"
 
 struct vprov {
     struct vmt_cache *cache;
@@ -25,36 +27,38 @@ static int tracker_unavailable(int ret)
            ret == -EACCES || ret == -ENOENT || ret == -EBUSY;
 }
 
-/* The core says why a tracker cannot be used in the report of an "auto" cache: one line
- * "name: reason" per tracker. Use that line when there is one. */
-static void explain_unavailable(const char *tracker, char *why, size_t whylen)
+/* vmt_cache_create with the tracker's name, with what the core says on stderr caught: when the
+ * tracker cannot be used, the core's one-line reason ("kmod: unavailable: ...") goes to why. */
+static int create_explained(const struct vmt_cache_opts *o, struct vmt_cache **c, char *why,
+                            size_t whylen)
 {
-    struct vmt_cache_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sz = sizeof(o);
-    o.tracker = "auto";
-    struct vmt_cache *c;
-    if (vmt_cache_create(&o, &c) < 0)
-        return;
-    char rep[2048];
-    vmt_cache_tracker_report(c, rep, sizeof(rep));
-    vmt_cache_destroy(c);
-    size_t n = strlen(tracker);
-    for (char *line = rep; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = 0;
-        if (!strncmp(line, tracker, n) && line[n] == ':') {
-            const char *r = line + n + 1;
-            while (*r == ' ')
-                r++;
-            if (!strncmp(r, "unavailable: ", 13))
-                r += 13;
-            snprintf(why, whylen, "%s", r);
-            return;
-        }
-        line = nl ? nl + 1 : NULL;
+    int saved = dup(2);
+    int tmp = scn_tmpfile();
+    if (saved < 0 || tmp < 0 || dup2(tmp, 2) < 0) {
+        if (saved >= 0)
+            close(saved);
+        if (tmp >= 0)
+            close(tmp);
+        return vmt_cache_create(o, c);
     }
+    int ret = vmt_cache_create(o, c);
+    dup2(saved, 2);
+    close(saved);
+    char msg[1024];
+    ssize_t n = pread(tmp, msg, sizeof(msg) - 1, 0);
+    close(tmp);
+    if (ret == 0 || n <= 0) {
+        if (n > 0)  /* not an error after all: let it be seen */
+            fprintf(stderr, "%.*s", (int)n, msg);
+        return ret;
+    }
+    msg[n] = 0;
+    const char *r = strstr(msg, "unavailable: ");
+    r = r ? r + 13 : msg;
+    size_t len = strcspn(r, "\n");
+    if (len)
+        snprintf(why, whylen, "%.*s", (int)len, r);
+    return ret;
 }
 
 static int vp_attach(struct vprov *v, struct io_uring *ring, char *why, size_t whylen)
@@ -75,12 +79,13 @@ static int vp_setup(void **ctx, struct io_uring *ring, const char *variant, char
     memset(&o, 0, sizeof(o));
     o.sz = sizeof(o);
     o.tracker = variant;
-    int ret = vmt_cache_create(&o, &v->cache);
+    if (whylen)
+        why[0] = 0;
+    int ret = create_explained(&o, &v->cache, why, whylen);
     if (ret < 0) {
-        snprintf(why, whylen, "tracker %s: %s", variant ? variant : "auto", strerror(-ret));
+        if (whylen && !why[0])
+            snprintf(why, whylen, "tracker %s: %s", variant ? variant : "auto", strerror(-ret));
         free(v);
-        if (tracker_unavailable(ret) && variant)
-            explain_unavailable(variant, why, whylen);
         return tracker_unavailable(ret) ? -ENOTSUP : ret;
     }
     v->own_cache = 1;
