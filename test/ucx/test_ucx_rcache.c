@@ -1,0 +1,370 @@
+/* UCX's own registration cache (ucs_rcache, io_uring fixed buffers) against the scenario suite,
+ * without libvmtrack-ucx (UCX's own hooks) and with it, once per vmtrack tracker available.
+ *
+ * Run without arguments it is the driver: it runs itself once per configuration
+ * (`--config ucx`, and `--config vmtrack:<tracker>` with LD_PRELOAD=libvmtrack-ucx.so and
+ * VMTRACK_TRACKER=<tracker>), prints each configuration's Check results, then the scenario
+ * table and the costs side by side. What is asserted:
+ *   - ucx:               no scenario errors or crashes (UCX's results are reported as they are);
+ *   - vmtrack:<tracker>: every scenario vmtrack's own cache catches with <tracker>
+ *                        (scn_vmtrack_claims) is caught by UCX's rcache too, and with the
+ *                        hooks tracker ucm_test_external_events(UCM_EVENT_VM_UNMAPPED) passes.
+ * A configuration that cannot run here (no kernel module, no userfaultfd) prints why and is
+ * skipped; if no configuration with the module could run the test exits 77. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ucm/api/ucm.h>
+#include <ucs/memory/rcache.h>
+
+#include "provider_ucx.h"
+
+#ifndef VMT_UCX_MODULE_PATH
+#error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
+#endif
+
+static const char *g_variant;             /* child: the configuration under test */
+static enum scn_result g_res[64];
+static char g_detail[64][240];
+static int g_unavailable;
+static char g_unavail_why[256];
+
+/* ---- the scenarios ------------------------------------------------------------------- */
+static int claims(const char *variant, const char *scenario)
+{
+    if (strncmp(variant, "vmtrack:", 8))
+        return 0;
+    return scn_vmtrack_claims(variant + 8, scenario);
+}
+
+START_TEST(test_scenario)
+{
+    const struct scn_scenario *s = &scn_scenarios[_i];
+    struct scn_outcome o;
+    ck_assert_int_eq(scn_run(s, &scn_provider_ucx, g_variant, 60000, &o), 0);
+    g_res[_i] = o.result;
+    snprintf(g_detail[_i], sizeof(g_detail[_i]), "%s", o.detail);
+    if (o.result == SCN_UNAVAILABLE) {
+        g_unavailable = 1;
+        snprintf(g_unavail_why, sizeof(g_unavail_why), "%s", o.detail);
+        return;
+    }
+    ck_assert_msg(o.result != SCN_ERROR && o.result != SCN_CRASH, "%s with %s: %s: %s",
+                  s->name, g_variant, scn_result_name(o.result), o.detail);
+    if (claims(g_variant, s->name))
+        ck_assert_msg(o.result == SCN_CAUGHT || o.result == SCN_NA,
+                      "%s with %s: UCX's rcache handed out a stale registration that vmtrack's "
+                      "own cache catches with the same tracker (%s: %s)",
+                      s->name, g_variant, scn_result_name(o.result), o.detail);
+}
+END_TEST
+
+/* With the hooks tracker every unmap reaches UCX in the unmapping thread: ucm's own check of
+ * external events must pass. (kmod/uffd report only watched ranges: see doc/ucx.md.) */
+START_TEST(test_external_events)
+{
+    char tracker[32], why[256];
+    int mode = ucx_module_state(tracker, sizeof(tracker), why, sizeof(why));
+    if (mode <= 0) {
+        printf("  external events: module off (%s)\n", why);
+        return;
+    }
+    ucs_status_t st = ucm_test_external_events(UCM_EVENT_VM_UNMAPPED);
+    printf("  ucm_test_external_events(VM_UNMAPPED) with %s: %s\n", tracker,
+           ucs_status_string(st));
+    printf("NUM external_events %s\n", st == UCS_OK ? "ok" : "unsupported");
+    if (!strcmp(tracker, "hooks"))
+        ck_assert_msg(st == UCS_OK, "ucm_test_external_events failed with the hooks tracker: %s",
+                      ucs_status_string(st));
+}
+END_TEST
+
+/* ---- numbers ------------------------------------------------------------------------- */
+static ucs_status_t null_reg(void *c, ucs_rcache_t *r, void *a, ucs_rcache_region_t *g,
+                             uint16_t f)
+{
+    (void)c; (void)r; (void)a; (void)g; (void)f;
+    return UCS_OK;
+}
+static void null_dereg(void *c, ucs_rcache_t *r, ucs_rcache_region_t *g)
+{
+    (void)c; (void)r; (void)g;
+}
+static const ucs_rcache_ops_t null_ops = {.mem_reg = null_reg, .mem_dereg = null_dereg};
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static ucs_rcache_t *null_rcache(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    ucs_rcache_params_t p;
+    ucs_rcache_t *rc;
+    memset(&p, 0, sizeof(p));
+    p.region_struct_size = sizeof(ucs_rcache_region_t);
+    p.alignment = page;
+    p.max_alignment = page;
+    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
+    p.ucm_event_priority = 1000;
+    p.ops = &null_ops;
+    p.max_regions = ULONG_MAX;
+    p.max_size = SIZE_MAX;
+    p.max_unreleased = SIZE_MAX;
+    return ucs_rcache_create(&p, "null", NULL, &rc) == UCS_OK ? rc : NULL;
+}
+
+/* Unmapped memory: with a tracker that watches (kmod, uffd) the module cannot watch it, so it
+ * must refuse the registration even though this rcache's own mem_reg would accept anything. */
+START_TEST(test_unmapped)
+{
+    char tracker[32], why[256];
+    int mode = ucx_module_state(tracker, sizeof(tracker), why, sizeof(why));
+    if (mode != 2) {
+        printf("  unmapped memory: not applicable (module mode %d, %s)\n", mode, tracker);
+        return;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    ck_assert_int_eq(munmap(p, 4 * page), 0);
+    ucs_rcache_t *rc = null_rcache();
+    ck_assert_ptr_nonnull(rc);
+    ucs_rcache_region_t *r;
+    ucs_status_t st = ucs_rcache_get(rc, p, 4 * page, PROT_READ, NULL, &r);
+    if (st == UCS_OK)
+        ucs_rcache_region_put(rc, r);
+    ucs_rcache_destroy(rc);
+    ck_assert_msg(st != UCS_OK, "a region of unmapped memory was registered and cached");
+}
+END_TEST
+
+/* ns per munmap of 64 KiB that was (registered=1) or was not registered in an rcache */
+static double munmap_cost(ucs_rcache_t *rc, int registered, int n)
+{
+    const size_t len = 64 << 10;
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return -1;
+        p[0] = 1;
+        if (registered) {
+            ucs_rcache_region_t *r;
+            if (ucs_rcache_get(rc, p, len, PROT_READ, NULL, &r) != UCS_OK)
+                return -1;
+            ucs_rcache_region_put(rc, r);
+        }
+        double t0 = now_ns();
+        munmap(p, len);
+        total += now_ns() - t0;
+    }
+    return total / n;
+}
+
+static void print_numbers(void)
+{
+    double raw = munmap_cost(NULL, 0, 20000);   /* before any rcache: no UCX hooks yet */
+    ucs_rcache_t *rc = null_rcache();
+    if (!rc) {
+        printf("  numbers: ucs_rcache_create failed\n");
+        return;
+    }
+    double plain = munmap_cost(rc, 0, 20000);
+    double reg = munmap_cost(rc, 1, 5000);
+
+    /* hit: get+put of one cached region */
+    const size_t len = 64 << 10;
+    char *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ucs_rcache_region_t *r;
+    double hit = -1;
+    if (b != MAP_FAILED && ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) == UCS_OK) {
+        ucs_rcache_region_put(rc, r);
+        const int n = 1000000;
+        double t0 = now_ns();
+        for (int i = 0; i < n; i++) {
+            if (ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) != UCS_OK)
+                break;
+            ucs_rcache_region_put(rc, r);
+        }
+        hit = (now_ns() - t0) / n;
+    }
+    ucs_rcache_destroy(rc);
+    if (b != MAP_FAILED)
+        munmap(b, len);
+    printf("NUM munmap_no_rcache_ns %.0f\n", raw);
+    printf("NUM munmap_ns %.0f\n", plain);
+    printf("NUM munmap_registered_ns %.0f\n", reg);
+    printf("NUM hit_ns %.1f\n", hit);
+}
+
+/* ---- one configuration (child) ------------------------------------------------------- */
+static int run_config(const char *variant)
+{
+    g_variant = variant;
+    Suite *su = suite_create(variant);
+    TCase *tc = tcase_create("scenarios");
+    tcase_set_timeout(tc, 900);
+    tcase_add_loop_test(tc, test_scenario, 0, (int)scn_scenario_count);
+    tcase_add_test(tc, test_external_events);
+    tcase_add_test(tc, test_unmapped);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_set_fork_status(sr, CK_NOFORK);   /* scn_run forks per scenario already */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+
+    for (size_t i = 0; i < scn_scenario_count; i++)
+        printf("ROW %s %s %s\n", scn_scenarios[i].name, scn_result_name(g_res[i]),
+               g_detail[i]);
+    if (g_unavailable) {
+        printf("UNAVAILABLE %s\n", g_unavail_why);
+        fflush(stdout);
+        return 77;
+    }
+    print_numbers();
+    fflush(stdout);
+    return failed ? 1 : 0;
+}
+
+/* ---- driver -------------------------------------------------------------------------- */
+#define NCONF 4
+static const char *conf_names[NCONF] = {"ucx", "vmtrack:hooks", "vmtrack:uffd", "vmtrack:kmod"};
+static char results[NCONF][64][64];
+static char nums[NCONF][8][2][64];
+static int nnums[NCONF];
+static int status_of[NCONF];
+
+static int spawn(int ci)
+{
+    const char *variant = conf_names[ci];
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        if (strncmp(variant, "vmtrack:", 8) == 0) {
+            setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
+            setenv("VMTRACK_TRACKER", variant + 8, 1);
+            setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);   /* see doc/ucx.md */
+        } else {
+            unsetenv("LD_PRELOAD");
+            unsetenv("UCX_MEM_MMAP_HOOK_MODE");
+        }
+        execl("/proc/self/exe", "test_ucx_rcache", "--config", variant, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line[1024];
+    while (f && fgets(line, sizeof(line), f)) {
+        char a[64], b[64];
+        if (sscanf(line, "ROW %63s %63s", a, b) == 2) {
+            for (size_t i = 0; i < scn_scenario_count; i++)
+                if (!strcmp(scn_scenarios[i].name, a))
+                    snprintf(results[ci][i], sizeof(results[ci][i]), "%s", b);
+        } else if (sscanf(line, "NUM %63s %63s", a, b) == 2 && nnums[ci] < 8) {
+            snprintf(nums[ci][nnums[ci]][0], 64, "%s", a);
+            snprintf(nums[ci][nnums[ci]][1], 64, "%s", b);
+            nnums[ci]++;
+        }
+        printf("[%s] %s", variant, line);
+    }
+    if (f)
+        fclose(f);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static const char *num(int ci, const char *key)
+{
+    for (int i = 0; i < nnums[ci]; i++)
+        if (!strcmp(nums[ci][i][0], key))
+            return nums[ci][i][1];
+    return "-";
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--config"))
+        return run_config(argv[2]);
+    if (argc != 1) {
+        fprintf(stderr, "usage: %s [--config ucx|vmtrack:<tracker>]\n", argv[0]);
+        return 2;
+    }
+    if (access(VMT_UCX_MODULE_PATH, R_OK) != 0) {
+        printf("SKIP: %s not built: %s\n", VMT_UCX_MODULE_PATH, strerror(errno));
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int failed = 0, module_ran = 0;
+    for (int ci = 0; ci < NCONF; ci++) {
+        status_of[ci] = spawn(ci);
+        if (status_of[ci] == 77)
+            printf("SKIP %s: not available here (reason above)\n", conf_names[ci]);
+        else if (status_of[ci] != 0)
+            failed++;
+        else if (ci > 0)
+            module_ran++;
+    }
+
+    printf("\nUCX ucs_rcache (io_uring fixed buffers) against the scenario suite:\n");
+    printf("%-20s", "scenario");
+    for (int ci = 0; ci < NCONF; ci++)
+        printf(" %-14s", conf_names[ci]);
+    printf("\n");
+    for (size_t i = 0; i < scn_scenario_count; i++) {
+        printf("%-20s", scn_scenarios[i].name);
+        for (int ci = 0; ci < NCONF; ci++)
+            printf(" %-14s", status_of[ci] == 77 ? "unavailable"
+                             : results[ci][i][0] ? results[ci][i] : "?");
+        printf("\n");
+    }
+    printf("\nCosts (ns; one run):\n%-34s", "");
+    for (int ci = 0; ci < NCONF; ci++)
+        printf(" %-14s", conf_names[ci]);
+    printf("\n");
+    const char *keys[][2] = {
+        {"munmap_no_rcache_ns", "munmap 64K, no rcache yet"},
+        {"munmap_ns", "munmap 64K, not registered"},
+        {"munmap_registered_ns", "munmap 64K, registered in rcache"},
+        {"hit_ns", "ucs_rcache_get+put hit"},
+        {"external_events", "ucm_test_external_events"},
+    };
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        printf("%-34s", keys[k][1]);
+        for (int ci = 0; ci < NCONF; ci++)
+            printf(" %-14s", num(ci, keys[k][0]));
+        printf("\n");
+    }
+    if (failed)
+        return 1;
+    if (!module_ran) {
+        printf("SKIP: no configuration with libvmtrack-ucx could run here\n");
+        return 77;
+    }
+    return 0;
+}

@@ -1,0 +1,17 @@
+# ucx-memtype/: libvmtrack-ucx, which makes UCX 1.13's registration caches take their memory
+# events from vmtrack (doc/ucx.md), and its tests (test/ucx/).
+if HAVE_UCX
+lib_LTLIBRARIES += libvmtrack-ucx.la
+vmtrackucxincdir = $(includedir)/vmtrack
+vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
+libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h
+libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
+libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libvmtrack_ucx_la_LIBADD = libvmtrack.la -lucs -lucm -ldl -lpthread
+libvmtrack_ucx_la_LDFLAGS = -version-info 0:0:0 \
+	-Wl,--version-script=$(srcdir)/ucx-memtype/libvmtrack-ucx.map
+EXTRA_libvmtrack_ucx_la_DEPENDENCIES = ucx-memtype/libvmtrack-ucx.map
+endif
+EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
+
+include test/ucx/ucx-tests.mk

@@ -1,0 +1,58 @@
+/* libvmtrack-ucx: UCX 1.13 takes its memory events from vmtrack's tracker.
+ *
+ * Load it before UCX creates its registration caches (LD_PRELOAD=libvmtrack-ucx.so, or link
+ * -lvmtrack-ucx before -lucp/-lucs). Its constructor calls vmt_ucx_init(), which
+ *   - declares UCM_EVENT_VM_UNMAPPED external (ucm_set_external_event), so UCX's ucm patches
+ *     nothing in libc for its caches (and sets UCX_MEM_MMAP_HOOK_MODE to none unless the user
+ *     chose a mode),
+ *   - subscribes to the process-wide vmtrack cache (vmt_subscribe(vmt_shared(), ...)) and hands
+ *     every address-space event to UCX with ucm_vm_munmap(),
+ *   - with a tracker that only reports ranges it watches (kmod, uffd): wraps every ucs_rcache
+ *     so that each UCX region is watched from before UCX registers it until UCX deregisters
+ *     it, and checks the watch on every ucs_rcache_get hit (see doc/ucx.md).
+ * If vmtrack has no tracker that can feed UCX ("pass", "none"), or VMTRACK_UCX=0, the module
+ * stays out of the way and UCX keeps its own hooks.
+ *
+ * Environment: VMTRACK_UCX (1|0, default 1), plus vmtrack's own VMTRACK_* variables. */
+#ifndef VMTRACK_UCX_H
+#define VMTRACK_UCX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum vmt_ucx_mode {
+    VMT_UCX_OFF = 0,     /* not feeding UCX: UCX uses its own hooks (why: vmt_ucx_status) */
+    VMT_UCX_SYNC = 1,    /* tracker reports every unmap before it happens (hooks) */
+    VMT_UCX_WATCH = 2,   /* tracker reports watched ranges (kmod, uffd): regions are watched
+                          * and checked on every hit */
+};
+
+/* Idempotent; the constructor calls it. 0 when the module feeds UCX, else a negative errno
+ * (the module is then off and UCX keeps its own hooks). Must run before UCX creates an rcache
+ * (before ucp_init) to take effect for that rcache. */
+int vmt_ucx_init(void);
+
+/* The mode in use and, in `why` (may be NULL), one line saying why. */
+enum vmt_ucx_mode vmt_ucx_mode(char *why, size_t whylen);
+
+/* Name of vmtrack's tracker feeding UCX ("hooks", "kmod", "uffd"), or "off". */
+const char *vmt_ucx_tracker(void);
+
+struct vmt_ucx_stats {
+    size_t   sz;
+    uint64_t events;        /* address-space events handed to ucm_vm_munmap */
+    uint64_t event_bytes;   /* bytes those events covered */
+    uint64_t rcaches;       /* ucs_rcaches wrapped (WATCH mode) */
+    uint64_t watches;       /* UCX regions watched at registration (WATCH mode) */
+    uint64_t stale;         /* hits found stale by the check and re-resolved (WATCH mode) */
+};
+int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
