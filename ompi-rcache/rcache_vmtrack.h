@@ -10,8 +10,9 @@
  *    before calling the BTL's register_mem on it, exactly as grdma does. base/bound are the
  *    range vmtrack registered (page aligned, possibly merged with neighbours: larger than asked).
  *  - Every rcache_register that goes through the cache is one vmt_get, every rcache_deregister
- *    one vmt_put on the same struct vmt_reg. vmtrack counts the holds; reg->ref_count mirrors
- *    the holds taken through Open MPI for the BTL's benefit. The BTL's deregister_mem runs when
+ *    one vmt_put on the same struct vmt_reg (one per device handle, kept in our header).
+ *    vmtrack counts the holds, per thread; reg->ref_count of a cached registration stays 1
+ *    (a shared counter would be written by every thread's hit; no 4.1 BTL reads it). The BTL's deregister_mem runs when
  *    vmtrack deregisters: after the last hold is released, and only if the range was
  *    invalidated, evicted, flushed or the module finalized (leave_pinned).
  *  - Registrations vmtrack must not share (CACHE_BYPASS, SO_MEM, CUDA, the reserved flags
@@ -50,7 +51,7 @@ typedef struct mca_rcache_vmtrack_module_t {
      * (possibly inside free()): the BTL's deregister_mem runs later, outside the hook. */
     struct vmt_ompi_hdr *gc_head;
     /* statistics of this module (relaxed atomics) */
-    uint64_t n_register, n_uncached, n_deregister, n_btl_reg, n_btl_dereg, n_events,
+    uint64_t n_uncached, n_deregister /* uncached */, n_btl_reg, n_btl_dereg, n_events,
         n_forwarded, n_errors;
 } mca_rcache_vmtrack_module_t;
 

@@ -118,7 +118,7 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     reg->alloc_base = (unsigned char *) addr;
     reg->flags = 0;
     reg->access_flags = vmt_ompi_access_to_mca(access);
-    reg->ref_count = 0;
+    reg->ref_count = 1;
     int rc = m->res.register_mem(m->res.reg_data, addr, len, reg);
     if (OPAL_SUCCESS != rc) {
         reg_free(reg);
@@ -220,7 +220,6 @@ static int vmt_ompi_register(mca_rcache_base_module_t *rcache, void *addr, size_
                             (unsigned) access_flags);
         return OPAL_ERR_BAD_PARAM;
     }
-    stat_add(&m->n_register);
     gc_drain(m);
     if (VMT_OMPI_MODE_UNCACHED == m->mode || (flags & ~VMT_OMPI_CACHEABLE_FLAGS))
         return register_uncached(m, addr, size, flags, access_flags, reg);
@@ -241,7 +240,10 @@ static int vmt_ompi_register(mca_rcache_base_module_t *rcache, void *addr, size_
      * pointer, so storing it (once, or again with the same value) is race-free in effect. */
     if (__atomic_load_n(&hdr->vreg, __ATOMIC_RELAXED) != vr)
         __atomic_store_n(&hdr->vreg, vr, __ATOMIC_RELAXED);
-    (void) opal_atomic_add_fetch_32(&r->ref_count, 1);
+    /* No write to the registration here: holds are counted by vmtrack in each thread's own
+     * record, and a shared ref_count would be the cache line every thread's hit writes.
+     * reg->ref_count of a cached registration stays 1 ("held by the cache"); no 4.1 BTL
+     * reads it. */
     *reg = r;
     return OPAL_SUCCESS;
 }
@@ -253,16 +255,16 @@ static int vmt_ompi_deregister(mca_rcache_base_module_t *rcache,
     if (NULL == reg)
         return OPAL_ERR_BAD_PARAM;
     struct vmt_ompi_hdr *hdr = vmt_ompi_hdr_of(reg);
-    if (VMT_OMPI_HDR_MAGIC != hdr->magic || hdr->module != m || reg->ref_count <= 0) {
+    if (VMT_OMPI_HDR_MAGIC != hdr->magic || hdr->module != m ||
+        (VMT_OMPI_KIND_UNCACHED == hdr->kind && reg->ref_count <= 0)) {
         stat_add(&m->n_errors);
         opal_output(0, "rcache vmtrack: deregister of %p: not a live registration of this "
-                    "rcache module (double deregister?)", (void *) reg);
+                    "rcache module (another module's, or already deregistered)", (void *) reg);
         return OPAL_ERR_BAD_PARAM;
     }
-    stat_add(&m->n_deregister);
-    int32_t left = opal_atomic_add_fetch_32(&reg->ref_count, -1);
     if (VMT_OMPI_KIND_UNCACHED == hdr->kind) {
-        if (0 == left) {
+        stat_add(&m->n_deregister);
+        if (0 == opal_atomic_add_fetch_32(&reg->ref_count, -1)) {
             int rc = m->res.deregister_mem(m->res.reg_data, reg);
             stat_add(&m->n_btl_dereg);
             reg_free(reg);
@@ -347,13 +349,13 @@ static void vmt_ompi_finalize(mca_rcache_base_module_t *rcache)
         struct vmt_stats s = {.sz = sizeof(s)};
         if (C.cache)
             (void) vmt_stats_get(C.cache, &s);
-        opal_output(0, "rcache vmtrack: %s (%s, tracker %s): register %llu (uncached %llu) "
+        opal_output(0, "rcache vmtrack: %s (%s, tracker %s): uncached register %llu "
                     "deregister %llu, btl register_mem %llu deregister_mem %llu, events %llu "
                     "(forwarded %llu), errors %llu; shared cache: hits %llu misses %llu "
                     "invalidations %llu evictions %llu entries %llu",
                     m->res.cache_name, mode_name(m->mode),
                     C.tracker_in_use ? C.tracker_in_use : "-",
-                    (unsigned long long) m->n_register, (unsigned long long) m->n_uncached,
+                    (unsigned long long) m->n_uncached,
                     (unsigned long long) m->n_deregister, (unsigned long long) m->n_btl_reg,
                     (unsigned long long) m->n_btl_dereg, (unsigned long long) m->n_events,
                     (unsigned long long) m->n_forwarded, (unsigned long long) m->n_errors,

@@ -28,3 +28,13 @@ test_ompi_test_ompi_scenarios_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_test_ompi_scenarios_LDADD = libscenarios.la $(OMPI_TEST_LIBS) $(URING_LIBS)
 test_ompi_test_ompi_scenarios_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_scenarios_DEPENDENCIES = $(OMPI_TEST_DEPS)
+
+# Benchmark (built by `make check`, run by hand): hit cost of vmtrack against grdma through
+# the framework. ./test/ompi/ompi_bench [pairs]
+check_PROGRAMS += test/ompi/ompi_bench
+test_ompi_ompi_bench_SOURCES = test/ompi/ompi_bench.c test/ompi/ompi_testenv.c \
+	test/ompi/ompi_testenv.h
+test_ompi_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+test_ompi_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
+test_ompi_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ompi_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
