@@ -91,6 +91,30 @@ START_TEST(test_external_events)
 }
 END_TEST
 
+/* Workers get/write/check/put while mutators unmap, remap, free and malloc the same buffers
+ * (test/scenarios/stress.c): with the module no checked write may find old bytes. */
+START_TEST(test_stress)
+{
+    struct scn_stress_opts o = {.workers = 2, .mutators = 2, .slots = 16, .duration_ms = 2000};
+    struct scn_stress_result r;
+    memset(&r, 0, sizeof(r));
+    int ret = scn_stress(&scn_provider_ucx, g_variant, &o, &r);
+    if (ret == -ENOTSUP || ret == -ENODEV) {
+        printf("  stress: unavailable: %s\n", r.detail);
+        return;
+    }
+    printf("  stress: %lu writes, %lu judged, %lu stale, %lu errors, %lu mutations %s\n",
+           r.writes, r.judged, r.stale, r.errors, r.mutations, r.detail);
+    printf("NUM stress_stale %lu/%lu\n", r.stale, r.judged);
+    ck_assert_int_eq(ret, 0);
+    ck_assert_msg(r.judged > 0, "the stress judged no write");
+    ck_assert_msg(r.errors == 0, "stress errors: %lu (%s)", r.errors, r.detail);
+    if (!strncmp(g_variant, "vmtrack:", 8))
+        ck_assert_msg(r.stale == 0, "%lu of %lu judged writes found a stale registration",
+                      r.stale, r.judged);
+}
+END_TEST
+
 /* ---- numbers ------------------------------------------------------------------------- */
 static ucs_status_t null_reg(void *c, ucs_rcache_t *r, void *a, ucs_rcache_region_t *g,
                              uint16_t f)
@@ -223,6 +247,7 @@ static int run_config(const char *variant)
     tcase_add_loop_test(tc, test_scenario, 0, (int)scn_scenario_count);
     tcase_add_test(tc, test_external_events);
     tcase_add_test(tc, test_unmapped);
+    tcase_add_test(tc, test_stress);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_set_fork_status(sr, CK_NOFORK);   /* scn_run forks per scenario already */
@@ -353,6 +378,7 @@ int main(int argc, char **argv)
         {"munmap_registered_ns", "munmap 64K, registered in rcache"},
         {"hit_ns", "ucs_rcache_get+put hit"},
         {"external_events", "ucm_test_external_events"},
+        {"stress_stale", "stress: stale/judged writes"},
     };
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
         printf("%-34s", keys[k][1]);
