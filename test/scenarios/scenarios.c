@@ -74,6 +74,13 @@ static enum scn_result write_through(const struct scn_provider *p, void *ctx,
     int idx = -1;
     void *tok = NULL;
     int ret = p->get(ctx, addr, len, &idx, &tok);
+    if (ret == -EOPNOTSUPP && strstr(when, "before")) {
+        /* Linux before 6.x (e.g. 6.1) refuses fixed buffers in file-backed memory (System V
+         * shm is shmem): the device cannot take this memory at all, nothing to measure. */
+        WHY(out, "this kernel's io_uring cannot register this kind of memory as a fixed buffer "
+            "(%s)", strerror(-ret));
+        return SCN_NA;
+    }
     if (ret < 0) {
         WHY(out, "%s: %s get(%p, %zu): %s", when, p->name, addr, len, strerror(-ret));
         return SCN_ERROR;
