@@ -396,6 +396,24 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
     return 0;
 }
 
+bool patch_intact(const PatchSite *sites, size_t n, std::string *who)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!sites[i].active)
+            continue;
+        if (__atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED) == sites[i].patched)
+            continue;
+        if (who) {
+            std::string owner;
+            if (!patch_entry_foreign(sites[i].entry, &owner))
+                owner = "unknown code (the entry no longer holds our jump)";
+            *who = std::string(sites[i].name) + " was patched over by " + owner;
+        }
+        return false;
+    }
+    return true;
+}
+
 void patch_remove(PatchSite *sites, size_t n)
 {
     bool any = false;

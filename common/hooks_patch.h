@@ -49,6 +49,10 @@ bool patch_entry_foreign(const uint8_t *entry, std::string *owner);
 // Is the entry one of our jumps (into our trampoline page)?
 bool patch_entry_ours(const uint8_t *entry);
 
+// Are all active sites still our bytes? If not, *who names the first site someone else
+// overwrote and where it jumps now. Cheap (one load per site): called on the miss path.
+bool patch_intact(const PatchSite *sites, size_t n, std::string *who);
+
 // Patch every site (side effects only on success or partial failure, which is undone).
 int patch_install(PatchSite *sites, size_t n, std::string *why);
 // Restore every active site's saved bytes (leaves alone an entry someone patched over ours).

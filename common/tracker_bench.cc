@@ -28,7 +28,7 @@ int fake_reg(void *, void *addr, size_t, unsigned, void **handle)
 void fake_dereg(void *, void *) {}
 
 constexpr size_t kLen = 64 << 10;
-constexpr int kBatch = 500;
+constexpr int kBatch = 100;
 
 // One batch of mmap+munmap, through libc (hooked or not) or as raw system calls: ns per pair.
 double batch(bool raw)
@@ -84,16 +84,18 @@ extern "C" int vmt_bench_tracker_unmap(const char *tracker, double *unwatched_ns
         if (vmt_get(dev, held, kLen, VMT_ACCESS_READ, &hr))
             hr = nullptr;
     }
-    // interleaved batches, best of each
-    double best_libc = 1e30, best_raw = 1e30;
-    for (int r = 0; r < 7; r++) {
-        best_raw = std::min(best_raw, batch(true));
-        best_libc = std::min(best_libc, batch(false));
+    // Syscalls are noisy (a VM here: +-5%): pairs of interleaved batches, median difference.
+    constexpr int kPairs = 41;
+    double diff[kPairs];
+    for (int r = 0; r < kPairs; r++) {
+        double raw = batch(true);
+        diff[r] = batch(false) - raw;
     }
-    *unwatched_ns_added = best_libc - best_raw;
+    std::sort(diff, diff + kPairs);
+    *unwatched_ns_added = diff[kPairs / 2];
 
-    const int n = 200;
-    double total = 0;
+    constexpr int n = 201;
+    double t[n];
     int done = 0;
     for (int i = 0; i < n; i++) {
         void *p = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -105,10 +107,10 @@ extern "C" int vmt_bench_tracker_unmap(const char *tracker, double *unwatched_ns
             vmt_put(reg);
         double t0 = now_ns();
         munmap(p, kLen);
-        total += now_ns() - t0;
-        done++;
+        t[done++] = now_ns() - t0;
     }
-    *watched_ns = done ? total / done : 0;
+    std::sort(t, t + done);
+    *watched_ns = done ? t[done / 2] : 0;  // median
     if (hr)
         vmt_put(hr);
     if (held != MAP_FAILED)

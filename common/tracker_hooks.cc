@@ -29,6 +29,7 @@
 
 #include "hooks_guard.h"
 #include "hooks_patch.h"
+#include "log.h"
 #include "tracker.h"
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -443,21 +444,53 @@ double now_ns()
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+// Set once another patcher has written over one of our entries (UCX ucm or Open MPI loaded
+// after us): from then on changes may go unseen, so nothing more is cached.
+std::atomic<bool> g_overridden{false};
+std::string g_override_who;  // written once, under g_lock
+
 class HooksTracker final : public Tracker {
 public:
-    explicit HooksTracker(int slot) : slot_(slot) {}
+    HooksTracker(int slot, TrackerSink *sink) : slot_(slot), sink_(sink) {}
     ~HooksTracker() override;
     const char *name() const noexcept override { return "hooks"; }
     int watch(uintptr_t, size_t, WatchToken *token) noexcept override
     {
         *token = WatchToken{};
+        if (__builtin_expect(g_overridden.load(std::memory_order_relaxed), 0) || !check_intact())
+            return -ENOTSUP;  // served uncached: never stale
         return 0;
     }
     void unwatch(uintptr_t, size_t, WatchToken) noexcept override {}
+    void poll() noexcept override { check_intact(); }
     std::string describe() const override;
 
 private:
+    // Someone patched over us: say so once, drop everything cached (it may be stale), and
+    // cache nothing from now on (watch() says -ENOTSUP).
+    bool check_intact() noexcept
+    {
+        if (g_overridden.load(std::memory_order_relaxed)) {
+            return false;
+        }
+        if (patch_intact(g_sites, kNumSites, nullptr))
+            return true;
+        pthread_mutex_lock(&g_lock);
+        if (!g_overridden.load()) {
+            std::string who;
+            patch_intact(g_sites, kNumSites, &who);
+            g_override_who = who;
+            g_overridden.store(true);
+            VMT_LOG_ERROR("hooks tracker: %s; vmtrack does not stack patchers: caching is off "
+                          "for caches using the hooks tracker", who.c_str());
+        }
+        pthread_mutex_unlock(&g_lock);
+        sink_->invalidate(0, ~(uintptr_t)4095);
+        return false;
+    }
+
     int slot_;
+    TrackerSink *sink_;
 };
 
 HooksTracker::~HooksTracker()
@@ -469,6 +502,7 @@ HooksTracker::~HooksTracker()
     if (--g_trackers == 0 && g_patched) {
         patch_remove(g_sites, kNumSites);
         g_patched = false;
+        g_overridden.store(false);
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -485,7 +519,11 @@ std::string HooksTracker::describe() const
     std::string ip = interposers();
     d += "interposed (PLT calls reach these first, then libc): " + (ip.empty() ? "none" : ip) +
          "\n";
-    d += "conflicts: none (vmtrack is the only patcher of these entries)\n";
+    if (g_overridden.load())
+        d += "conflicts: " + g_override_who + " after vmtrack patched it: nothing is cached "
+             "any more with this tracker\n";
+    else
+        d += "conflicts: none (vmtrack is the only patcher of these entries)\n";
     // cost: mmap+munmap of 64 KiB not held by the cache, through the hooks vs raw syscalls
     const size_t len = 64 << 10;
     double best_hook = 1e30, best_raw = 1e30;
@@ -551,6 +589,10 @@ int hooks_tracker_probe(std::string *why)
             }
         }
     }
+    if (!rc && g_overridden.load()) {
+        *why = "libc's " + g_override_who + "; vmtrack does not stack patchers";
+        rc = -EBUSY;
+    }
     if (!rc)
         *why = g_patched ? "ok (active)" : "ok";
     pthread_mutex_unlock(&g_lock);
@@ -577,6 +619,11 @@ int hooks_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::
         *why = "too many caches use the hooks tracker (16)";
         return -ENOSPC;
     }
+    if (g_patched && g_overridden.load()) {
+        *why = "libc's " + g_override_who + "; vmtrack does not stack patchers";
+        pthread_mutex_unlock(&g_lock);
+        return -EBUSY;
+    }
     if (!g_patched) {
         int rc = locate(why);
         if (!rc)
@@ -593,9 +640,9 @@ int hooks_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::
     if (slot >= g_high.load(std::memory_order_relaxed))
         g_high.store(slot + 1, std::memory_order_release);
     pthread_mutex_unlock(&g_lock);
-    out->reset(new (std::nothrow) HooksTracker(slot));
+    out->reset(new (std::nothrow) HooksTracker(slot, sink));
     if (!*out) {  // undo: the destructor path, by hand
-        HooksTracker t(slot);
+        HooksTracker t(slot, sink);
         *why = "out of memory";
         return -ENOMEM;
     }

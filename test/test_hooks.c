@@ -97,6 +97,42 @@ START_TEST(t_conflict)
 }
 END_TEST
 
+/* Another patcher writes over our entry later (UCX loaded after vmtrack): the next miss
+ * notices, drops everything cached and caches nothing more. */
+START_TEST(t_overridden)
+{
+    struct env e;
+    env_setup(&e);
+    void *p = map_anon(MB), *q = map_anon(MB);
+    cache_it(&e, p, MB, NULL);
+    unsigned char *f = libc_munmap(), ours[16];
+    memcpy(ours, f, 16);
+    uintptr_t page = (uintptr_t)f & ~4095ul;
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
+    void *target = (void *)foreign_munmap;
+    memcpy(code + 2, &target, 8);
+    memcpy(f, code, sizeof code);
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+
+    struct vmt_reg *r;
+    ck_assert_int_eq(vmt_get(e.dev, q, MB, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    struct vmt_stats s = stats(&e);
+    ck_assert_uint_eq(s.entries, 0);      /* p dropped: it may be stale now */
+    ck_assert_uint_ge(s.uncached, 1);     /* q served uncached */
+    struct env e2;
+    ck_assert_int_eq(env_open(&e2, "hooks", 0), -EBUSY); /* no new hooks caches either */
+
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    memcpy(f, ours, 16);
+    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    munmap(p, MB);
+    munmap(q, MB);
+    env_close(&e);
+}
+END_TEST
+
 /* mmap64 and brk are the same code paths; brk shrink through brk() itself. */
 START_TEST(t_brk_shrink)
 {
@@ -154,6 +190,7 @@ int main(void)
     tcase_add_test(tp, t_auto_report);
     tcase_add_test(tp, t_unpatch);
     tcase_add_test(tp, t_conflict);
+    tcase_add_test(tp, t_overridden);
     suite_add_tcase(s, tp);
     return run_suite(s);
 }

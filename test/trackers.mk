@@ -10,3 +10,12 @@ test_test_uffd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_test_uffd_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
 test_bench_trackers_SOURCES = test/bench_trackers.c
 test_bench_trackers_LDADD = libvmtrack.la
+
+# Next to a real other patcher (UCX ucm, bistro mode): hooks must refuse, not stack.
+if HAVE_UCX
+check_PROGRAMS += test/test_hooks_ucm
+TESTS += test/test_hooks_ucm
+test_test_hooks_ucm_SOURCES = test/test_hooks_ucm.c
+test_test_hooks_ucm_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(UCX_CFLAGS)
+test_test_hooks_ucm_LDADD = libvmtrack.la $(UCX_LIBS) -lucs $(CHECK_LIBS) -ldl
+endif
