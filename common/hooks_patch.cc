@@ -27,6 +27,7 @@ uint8_t *g_tramp = nullptr;
 size_t g_tramp_used = 0;
 
 uintptr_t g_libc_lo = 0, g_libc_hi = 0;  // libc's executable segment(s)
+uintptr_t g_main_lo = 0, g_main_hi = 0;  // the main program's
 bool g_sync_core = false;
 
 long raw(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0)
@@ -40,27 +41,36 @@ void *libc_handle()
     return h;
 }
 
-int find_libc_text(struct dl_phdr_info *info, size_t, void *)
+void text_range(struct dl_phdr_info *info, uintptr_t *lo_out, uintptr_t *hi_out)
 {
-    if (!info->dlpi_name || !strstr(info->dlpi_name, "libc.so"))
-        return 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
             continue;
         uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (!g_libc_lo || lo < g_libc_lo)
-            g_libc_lo = lo;
-        if (hi > g_libc_hi)
-            g_libc_hi = hi;
+        if (!*lo_out || lo < *lo_out)
+            *lo_out = lo;
+        if (hi > *hi_out)
+            *hi_out = hi;
     }
-    return 1;
+}
+
+int find_text(struct dl_phdr_info *info, size_t, void *data)
+{
+    int *seen = (int *)data;
+    if ((*seen)++ == 0)  // the first object is the main program
+        text_range(info, &g_main_lo, &g_main_hi);
+    else if (info->dlpi_name && strstr(info->dlpi_name, "libc.so"))
+        text_range(info, &g_libc_lo, &g_libc_hi);
+    return 0;
 }
 
 void libc_range()
 {
-    if (!g_libc_lo)
-        dl_iterate_phdr(find_libc_text, nullptr);
+    if (!g_libc_lo) {
+        int seen = 0;
+        dl_iterate_phdr(find_text, &seen);
+    }
 }
 
 void sync_cores()
@@ -436,9 +446,9 @@ void patch_remove(PatchSite *sites, size_t n)
     protect(sites, n, PROT_READ | PROT_EXEC);
 }
 
-bool pc_in_libc(uintptr_t pc) noexcept
+bool pc_in_main_program(uintptr_t pc) noexcept
 {
-    return pc >= g_libc_lo && pc < g_libc_hi;
+    return pc >= g_main_lo && pc < g_main_hi;
 }
 
 std::string patch_method()

@@ -58,9 +58,10 @@ int patch_install(PatchSite *sites, size_t n, std::string *why);
 // Restore every active site's saved bytes (leaves alone an entry someone patched over ours).
 void patch_remove(PatchSite *sites, size_t n);
 
-// Is pc inside libc's text (used to skip reaping when the hooked call came from inside libc,
-// where malloc's locks may be held)?
-bool pc_in_libc(uintptr_t pc) noexcept;
+// Is pc inside the main program's own code? The hooks reap (run device deregistrations) only
+// for calls made from there: a call from libc may hold malloc's locks, a call from another
+// library (a driver, an MPI) may hold that library's locks, which its dereg could need.
+bool pc_in_main_program(uintptr_t pc) noexcept;
 
 // Human-readable line about the patch method, for describe().
 std::string patch_method();

@@ -8,7 +8,8 @@
 //    lock;
 //  - the list of sinks is a fixed array readable without locks; removing a sink waits until no
 //    hook uses its slot;
-//  - reap() only when called from outside libc and not from inside vmtrack (HooksGuard).
+//  - reap() only for calls from the main program's own code, never from inside vmtrack
+//    (HooksGuard) or from a library (libc's malloc locks, a driver's locks).
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -125,9 +126,11 @@ void end(Notice *n, bool may_reap)
     t_depth--;
 }
 
-// Reaping runs device code: only when the hooked call came from outside libc (malloc's locks
-// are not held) and from outside vmtrack.
-#define CALLER_MAY_REAP() (!pc_in_libc((uintptr_t)__builtin_return_address(0)))
+// Reaping runs device code: only when the hooked call came from the main program itself (not
+// from libc, where malloc's locks may be held, nor from a library such as a driver that may
+// hold locks its dereg needs) and not from inside vmtrack (t_depth). Otherwise the
+// deregistration waits for the cache's next vmt_get / vmt_put / vmt_flush.
+#define CALLER_MAY_REAP() (pc_in_main_program((uintptr_t)__builtin_return_address(0)))
 
 // ---- SysV shm bookkeeping (shmdt needs the segment size) -------------------------------
 
