@@ -1,0 +1,319 @@
+// "kmod": the client of /dev/vmtrack (kmod/vmtrack.ko, doc/kmod.md).
+//
+// The module watches each cached range with an mmu_interval_notifier and, before any change
+// of the range's pages completes (munmap, mremap, madvise, MAP_FIXED, brk, shmdt, truncate,
+// raw system calls, changes the kernel makes itself), increments the range's word in pages
+// mapped read-only here. The hit path compares words()[handle] == expect: one load, no system
+// call, and no window: from the moment the kernel changes the word no thread gets a hit.
+// Events (one per watch) are read on the miss path (poll) to drop entries and tell
+// subscribers; subscribers therefore hear of a change late, not before it.
+#include "config.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../kmod/uapi/vmtrack_kmod.h"
+#include "log.h"
+#include "tracker.h"
+
+namespace vmt {
+namespace {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  alignof(std::atomic<uint32_t>) == alignof(uint32_t),
+              "the module's words are read as std::atomic<uint32_t>");
+
+// Open the device, check its ABI, map the words. 0 or a negative errno and *why.
+int open_device(int *fd_out, vmtrack_info *info, const std::atomic<uint32_t> **words,
+                std::string *why)
+{
+    struct stat st;
+    if (stat(VMTRACK_DEVICE, &st) != 0) {
+        int e = errno;
+        *why = e == ENOENT ? "module not loaded (" VMTRACK_DEVICE " missing; modprobe vmtrack, "
+                             "see doc/kmod.md)"
+                           : std::string("cannot stat " VMTRACK_DEVICE ": ") + strerror(e);
+        return e == ENOENT ? -ENODEV : -e;
+    }
+    int fd = open(VMTRACK_DEVICE, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        *why = std::string("cannot open " VMTRACK_DEVICE ": ") + strerror(e);
+        return -e;
+    }
+    memset(info, 0, sizeof *info);
+    if (ioctl(fd, VMTRACK_IOC_INFO, info) != 0) {
+        int e = errno;
+        *why = std::string(VMTRACK_DEVICE " does not answer VMTRACK_IOC_INFO (") + strerror(e) +
+               "): not vmtrack.ko, or a version this library does not know";
+        close(fd);
+        return e == ENOTTY ? -ENOTSUP : -e;
+    }
+    info->version[sizeof info->version - 1] = 0;
+    if (info->abi_version != VMTRACK_ABI_VERSION || info->first_index != VMTRACK_FIRST_INDEX ||
+        info->event_size != sizeof(vmtrack_event)) {
+        char b[200];
+        snprintf(b, sizeof b, "version mismatch: module %s has ABI %u, this library wants %u",
+                 info->version, info->abi_version, VMTRACK_ABI_VERSION);
+        *why = b;
+        close(fd);
+        return -EPROTO;
+    }
+    if (words) {
+        void *p = mmap(nullptr, info->map_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            *why = std::string("cannot map the words of " VMTRACK_DEVICE ": ") + strerror(e);
+            close(fd);
+            return -e;
+        }
+        *words = static_cast<const std::atomic<uint32_t> *>(p);
+        if ((*words)[VMTRACK_W_MAGIC].load() != VMTRACK_MAGIC) {
+            *why = "the mapped words lack the module's magic number";
+            munmap(p, info->map_bytes);
+            close(fd);
+            return -EPROTO;
+        }
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+double now_us()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+class KmodTracker final : public Tracker {
+public:
+    explicit KmodTracker(TrackerSink *sink) : sink_(sink) {}
+    ~KmodTracker() override { shut(); }
+
+    int start(std::string *why) { return open_device(&fd_, &info_, &words_, why); }
+
+    const char *name() const noexcept override { return "kmod"; }
+    const std::atomic<uint32_t> *words() const noexcept override { return words_; }
+
+    int watch(uintptr_t start, size_t len, WatchToken *token) noexcept override
+    {
+        vmtrack_watch a;
+        memset(&a, 0, sizeof a);
+        a.start = start;
+        a.len = len;
+        a.cookie = start;
+        if (ioctl(fd_, VMTRACK_IOC_WATCH, &a) != 0) {
+            int e = errno;
+            if (e == ENOSPC) {
+                // The module's per-file limit: serve the range uncached rather than fail.
+                if (!full_warned_.exchange(true))
+                    VMT_LOG_WARN("kmod: the module watches %u ranges, its limit (module "
+                                 "parameter max_watches): more are served uncached",
+                                 info_.max_watches);
+                return -ENOTSUP;
+            }
+            return -e;
+        }
+        token->handle = a.index;
+        token->expect = a.gen;
+        return 0;
+    }
+
+    void unwatch(uintptr_t, size_t, WatchToken token) noexcept override
+    {
+        vmtrack_unwatch a;
+        memset(&a, 0, sizeof a);
+        // The handle is (gen at watch time << 32 | index): what the token holds.
+        a.handle = (static_cast<uint64_t>(token.expect) << 32) | token.handle;
+        if (ioctl(fd_, VMTRACK_IOC_UNWATCH, &a) != 0 && errno != ENOENT)
+            VMT_LOG_WARN("kmod: unwatch of word %u: %s", token.handle, strerror(errno));
+    }
+
+    void poll() noexcept override
+    {
+        // One load when nothing happened.
+        if (words_[VMTRACK_W_EVENTS].load(std::memory_order_acquire) == 0)
+            return;
+        vmtrack_event ev[64];
+        for (;;) {
+            ssize_t n = read(fd_, ev, sizeof ev);
+            if (n <= 0) {
+                if (n < 0 && errno == EINTR)
+                    continue;
+                break;
+            }
+            size_t k = static_cast<size_t>(n) / sizeof ev[0];
+            for (size_t i = 0; i < k; i++) {
+                if (ev[i].reason == VMTRACK_EV_OVERFLOW) {
+                    overflows_.fetch_add(1, std::memory_order_relaxed);
+                    sink_->invalidate(0, UINTPTR_MAX);  // events were lost: drop everything
+                } else {
+                    sink_->invalidate(ev[i].start, ev[i].len);
+                }
+            }
+            events_.fetch_add(k, std::memory_order_relaxed);
+            if (k < sizeof ev / sizeof ev[0])
+                break;
+        }
+    }
+
+    int after_fork_child() noexcept override
+    {
+        // The inherited fd watches the parent: close it (the parent's file lives on in the
+        // parent). The parent's words were not inherited (the module maps them
+        // VM_DONTCOPY), so there is nothing to unmap; whatever the child mapped since fork at
+        // that address is its own.
+        if (fd_ >= 0)
+            close(fd_);
+        fd_ = -1;
+        words_ = always_valid_words();
+        events_.store(0);
+        overflows_.store(0);
+        std::string why;
+        const std::atomic<uint32_t> *w = nullptr;
+        int rc = open_device(&fd_, &info_, &w, &why);
+        if (rc < 0) {
+            VMT_LOG_ERROR("kmod: after fork: %s", why.c_str());
+            fd_ = -1;
+            return rc;
+        }
+        words_ = w;
+        return 0;
+    }
+
+    std::string describe() const override
+    {
+        vmtrack_info now;
+        memset(&now, 0, sizeof now);
+        char b[512];
+        std::string d;
+        if (fd_ < 0 || ioctl(fd_, VMTRACK_IOC_INFO, &now) != 0)
+            now = info_;
+        snprintf(b, sizeof b,
+                 "module: vmtrack.ko %s (ABI %u), " VMTRACK_DEVICE "\n"
+                 "limits: %u watched ranges per process (module parameter max_watches), %u "
+                 "queued events (max_events; overflow drops every entry)\n"
+                 "watched ranges: %u; events read: %llu; overflows: %llu; kernel memory per "
+                 "watched range: about %llu bytes\n",
+                 now.version, now.abi_version, now.max_watches, now.max_events,
+                 now.nr_watches, (unsigned long long)events_.load(),
+                 (unsigned long long)overflows_.load(), (unsigned long long)now.watch_bytes);
+        d += b;
+        d += "catches: every change of a watched range's pages, however asked for (munmap, "
+             "mremap, madvise, MAP_FIXED, brk, shmdt, truncate, raw system calls, the kernel's "
+             "own), before it completes; not mprotect (same pages)\n";
+        d += "hit check: one load of the range's word, no system call; subscribers hear of "
+             "changes on the next miss or vmt_flush (after the change)\n";
+        if (watch_us_ < 0 && fd_ >= 0)
+            measure();
+        if (watch_us_ >= 0) {
+            snprintf(b, sizeof b,
+                     "cost: watch + unwatch %.1f us per range; munmap of a watched 64 KiB range "
+                     "%.1f us vs %.1f us unwatched\n",
+                     watch_us_, unmap_watched_us_, unmap_plain_us_);
+            d += b;
+        }
+        return d;
+    }
+
+private:
+    void shut() noexcept
+    {
+        if (words_ && words_ != always_valid_words())
+            munmap(const_cast<std::atomic<uint32_t> *>(words_), info_.map_bytes);
+        words_ = nullptr;
+        if (fd_ >= 0)
+            close(fd_);
+        fd_ = -1;
+    }
+
+    // Costs for describe(), measured once on a private mapping; the sink may hear of
+    // ranges it never cached (harmless).
+    void measure() const
+    {
+        auto *self = const_cast<KmodTracker *>(this);
+        const size_t len = 64 << 10;
+        void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return;
+        WatchToken t;
+        double t0 = now_us();
+        int n = 0;
+        for (; n < 200; n++) {
+            if (self->watch((uintptr_t)p, len, &t) != 0)
+                break;
+            self->unwatch((uintptr_t)p, len, t);
+        }
+        double tw = n ? (now_us() - t0) / n : 0;
+        munmap(p, len);
+        double sw = 0, sp = 0;
+        int nw = 0, np = 0;
+        for (int i = 0; i < 40; i++) {
+            p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                break;
+            memset(p, 1, len);
+            bool watched = (i & 1) && self->watch((uintptr_t)p, len, &t) == 0;
+            t0 = now_us();
+            munmap(p, len);
+            double dt = now_us() - t0;
+            if (watched) {
+                self->unwatch((uintptr_t)p, len, t);
+                sw += dt;
+                nw++;
+            } else {
+                sp += dt;
+                np++;
+            }
+        }
+        self->watch_us_ = tw;
+        self->unmap_watched_us_ = nw ? sw / nw : 0;
+        self->unmap_plain_us_ = np ? sp / np : 0;
+    }
+
+    TrackerSink *sink_;
+    int fd_ = -1;
+    vmtrack_info info_{};
+    const std::atomic<uint32_t> *words_ = nullptr;
+    std::atomic<uint64_t> events_{0};
+    std::atomic<uint64_t> overflows_{0};
+    std::atomic<bool> full_warned_{false};
+    double watch_us_ = -1, unmap_watched_us_ = 0, unmap_plain_us_ = 0;
+};
+
+}  // namespace
+
+int kmod_tracker_probe(std::string *why)
+{
+    int fd = -1;
+    vmtrack_info info;
+    int rc = open_device(&fd, &info, nullptr, why);
+    if (rc < 0)
+        return rc;
+    close(fd);
+    return 0;
+}
+
+int kmod_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why)
+{
+    std::unique_ptr<KmodTracker> t(new (std::nothrow) KmodTracker(sink));
+    if (!t) {
+        *why = "out of memory";
+        return -ENOMEM;
+    }
+    int rc = t->start(why);
+    if (rc < 0)
+        return rc;
+    *out = std::move(t);
+    return 0;
+}
+
+}  // namespace vmt

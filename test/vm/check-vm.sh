@@ -1,0 +1,47 @@
+#!/bin/bash
+# Runs inside the guest (make check-vm -> test/vm/run): the module's own tests, the scenario
+# suite with the kmod tracker, and the figures. Exit 1 if any test failed.
+# Usage: check-vm.sh BUILDDIR SRCDIR
+set -u
+b=${1:?builddir}
+s=${2:?srcdir}
+failed=()
+
+step() {
+	local name=$1 rc
+	shift
+	echo "=== $name"
+	"$@"
+	rc=$?
+	case $rc in
+	0) echo "PASS: $name" ;;
+	77) echo "SKIP: $name" ;;
+	*) echo "FAIL: $name (exit $rc)"; failed+=("$name") ;;
+	esac
+}
+
+echo "guest: $(uname -r), $(nproc) CPUs; module: $(cat /sys/module/vmtrack/version 2>/dev/null)"
+step "kmod contract" "$b/test/kmod/kmod_contract"
+step "kmod load/unload cycles" "$s/test/kmod/loadcycle.sh" "$b/test/kmod/kmod_contract" 3
+if [ -x "$b/vmtrack" ]; then
+	echo "=== vmtrack info (kmod), not pass/fail"
+	VMTRACK_TRACKER=kmod "$b/vmtrack" info || echo "(vmtrack info exited $?)"
+	step "vmtrack check --tracker kmod" env VMTRACK_TRACKER=kmod "$b/vmtrack" check --tracker kmod
+else
+	echo "SKIP: vmtrack check --tracker kmod ($b/vmtrack not built)"
+fi
+echo "=== figures (not pass/fail)"
+"$b/test/kmod/kmod_bench" 100000 || failed+=("kmod_bench")
+# vmtrack bench takes minutes under TCG: only when asked (VMT_VM_BENCH=1 make check-vm).
+if [ -x "$b/vmtrack" ] && [ "${VMT_VM_BENCH:-0}" = 1 ]; then
+	for t in kmod none; do
+		echo "--- vmtrack bench --quick --tracker $t"
+		VMTRACK_TRACKER=$t timeout 300 "$b/vmtrack" bench --quick --tracker $t ||
+			echo "(vmtrack bench --tracker $t exited $?)"
+	done
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "check-vm: FAILED: ${failed[*]}"
+	exit 1
+fi
+echo "check-vm: all passed"
