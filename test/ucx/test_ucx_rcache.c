@@ -13,6 +13,7 @@
  * skipped; if no configuration with the module could run the test exits 77. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -59,6 +60,13 @@ START_TEST(test_scenario)
     if (o.result == SCN_UNAVAILABLE) {
         g_unavailable = 1;
         snprintf(g_unavail_why, sizeof(g_unavail_why), "%s", o.detail);
+        return;
+    }
+    if (o.result == SCN_ERROR && !strncmp(o.detail, "before the change", 17)) {
+        /* The first registration failed: the machine cannot register this kind of memory
+         * (e.g. SysV shm for io_uring on older kernels). The driver accepts it only if UCX
+         * without the module failed the same way. */
+        snprintf(g_detail[_i], sizeof(g_detail[_i]), "ENV %.200s", o.detail);
         return;
     }
     ck_assert_msg(o.result != SCN_ERROR && o.result != SCN_CRASH, "%s with %s: %s: %s",
@@ -178,8 +186,21 @@ START_TEST(test_unmapped)
 }
 END_TEST
 
-/* ns per munmap of 64 KiB that was (registered=1) or was not registered in an rcache */
+/* ns per munmap of 64 KiB that was (registered=1) or was not registered in an rcache: the
+ * best of 7 batches, so that other load on the machine disturbs it less */
+static double munmap_batch(ucs_rcache_t *rc, int registered, int n);
 static double munmap_cost(ucs_rcache_t *rc, int registered, int n)
+{
+    double best = -1;
+    for (int b = 0; b < 7; b++) {
+        double v = munmap_batch(rc, registered, n / 7 + 1);
+        if (v >= 0 && (best < 0 || v < best))
+            best = v;
+    }
+    return best;
+}
+
+static double munmap_batch(ucs_rcache_t *rc, int registered, int n)
 {
     const size_t len = 64 << 10;
     double total = 0;
@@ -219,14 +240,18 @@ static void print_numbers(void)
     double hit = -1;
     if (b != MAP_FAILED && ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) == UCS_OK) {
         ucs_rcache_region_put(rc, r);
-        const int n = 1000000;
-        double t0 = now_ns();
-        for (int i = 0; i < n; i++) {
-            if (ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) != UCS_OK)
-                break;
-            ucs_rcache_region_put(rc, r);
+        const int n = 200000;
+        for (int k = 0; k < 7; k++) {
+            double t0 = now_ns();
+            for (int i = 0; i < n; i++) {
+                if (ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) != UCS_OK)
+                    break;
+                ucs_rcache_region_put(rc, r);
+            }
+            double v = (now_ns() - t0) / n;
+            if (hit < 0 || v < hit)
+                hit = v;
         }
-        hit = (now_ns() - t0) / n;
     }
     ucs_rcache_destroy(rc);
     if (b != MAP_FAILED)
@@ -235,6 +260,14 @@ static void print_numbers(void)
     printf("NUM munmap_ns %.0f\n", plain);
     printf("NUM munmap_registered_ns %.0f\n", reg);
     printf("NUM hit_ns %.1f\n", hit);
+    struct {
+        size_t sz;
+        uint64_t events, event_bytes, rcaches, watches, stale;
+    } ms = {.sz = sizeof(ms)};
+    int (*stats)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+    if (stats && stats(&ms) == 0)
+        printf("NUM module_events_stale %lu/%lu\n", (unsigned long)ms.events,
+               (unsigned long)ms.stale);
 }
 
 /* ---- one configuration (child) ------------------------------------------------------- */
@@ -256,7 +289,8 @@ static int run_config(const char *variant)
     srunner_free(sr);
 
     for (size_t i = 0; i < scn_scenario_count; i++)
-        printf("ROW %s %s %s\n", scn_scenarios[i].name, scn_result_name(g_res[i]),
+        printf("ROW %s %s %s\n", scn_scenarios[i].name,
+               strncmp(g_detail[i], "ENV ", 4) ? scn_result_name(g_res[i]) : "ENV",
                g_detail[i]);
     if (g_unavailable) {
         printf("UNAVAILABLE %s\n", g_unavail_why);
@@ -348,6 +382,7 @@ int main(int argc, char **argv)
     int failed = 0, module_ran = 0;
     for (int ci = 0; ci < NCONF; ci++) {
         status_of[ci] = spawn(ci);
+        printf("config %s: exit status %d\n", conf_names[ci], status_of[ci]);
         if (status_of[ci] == 77)
             printf("SKIP %s: not available here (reason above)\n", conf_names[ci]);
         else if (status_of[ci] != 0)
@@ -379,6 +414,7 @@ int main(int argc, char **argv)
         {"hit_ns", "ucs_rcache_get+put hit"},
         {"external_events", "ucm_test_external_events"},
         {"stress_stale", "stress: stale/judged writes"},
+        {"module_events_stale", "module: events/stale hits"},
     };
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
         printf("%-34s", keys[k][1]);
@@ -386,6 +422,16 @@ int main(int argc, char **argv)
             printf(" %-14s", num(ci, keys[k][0]));
         printf("\n");
     }
+    /* ENV (the first registration failed) is accepted only where UCX alone failed alike */
+    for (size_t i = 0; i < scn_scenario_count; i++)
+        for (int ci = 1; ci < NCONF; ci++)
+            if (status_of[ci] != 77 && !strcmp(results[ci][i], "ENV") &&
+                strcmp(results[0][i], "ENV")) {
+                printf("FAIL %s: %s could not register the buffer with the module, but could "
+                       "without it (%s)\n", conf_names[ci], scn_scenarios[i].name,
+                       results[0][i]);
+                failed++;
+            }
     if (failed)
         return 1;
     if (!module_ran) {

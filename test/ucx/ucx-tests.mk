@@ -12,3 +12,14 @@ test_ucx_test_ucx_rcache_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(U
 	-lucs -lucm -ldl
 EXTRA_test_ucx_test_ucx_rcache_DEPENDENCIES = libvmtrack-ucx.la
 endif
+
+# A UCP put over RDMA with the module (soft-RoCE in the guest rig; skips without a device).
+if HAVE_UCX
+check_PROGRAMS += test/ucx/test_ucp_rxe
+TESTS += test/ucx/test_ucp_rxe
+test_ucx_test_ucp_rxe_SOURCES = test/ucx/test_ucp_rxe.c
+test_ucx_test_ucp_rxe_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS) $(UCX_CFLAGS) \
+	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
+test_ucx_test_ucp_rxe_LDADD = libvmtrack.la $(IBVERBS_LIBS) -lucp -lucs -ldl
+EXTRA_test_ucx_test_ucp_rxe_DEPENDENCIES = libvmtrack-ucx.la
+endif
