@@ -257,6 +257,10 @@ void *libc_symbol(const char *name)
 int patch_locate(PatchSite *sites, size_t n, std::string *why)
 {
     libc_range();
+    if (!libc_handle()) {
+        *why = "glibc's libc.so.6 is not loaded (the hooks patch glibc)";
+        return -ENOENT;
+    }
     for (size_t i = 0; i < n; i++) {
         sites[i].entry = (uint8_t *)libc_symbol(sites[i].name);
         if (!sites[i].entry) {

@@ -344,8 +344,8 @@ int UffdTracker::watch(uintptr_t start, size_t len, WatchToken *token) noexcept
         pthread_mutex_unlock(&mu_);
         if (e == EINVAL || e == EBUSY || e == EPERM)
             return -ENOTSUP;  // file-backed, VM_PFNMAP, another uffd, ...: serve uncached
-        if (e == ENOMEM)
-            return -EFAULT;   // not (wholly) mapped
+        if (e == ENOMEM)  // not (wholly) mapped, or no room for more VMAs (max_map_count)
+            return msync((void *)start, len, MS_ASYNC) == 0 ? -ENOTSUP : -EFAULT;
         return -e;
     }
     size_t i;
