@@ -4,6 +4,7 @@
 #include "rcache_vmtrack.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,31 @@ static const char *mca_string(const char *full_name, const char *project, const 
     return getenv(env);
 }
 
+/* Is mca_<type>_<name>.so in one of the directories Open MPI loads components from? */
+static bool component_installed(const char *type, const char *name)
+{
+    const char *path = mca_string("mca_base_component_path", "opal", "mca", "base",
+                                  "component_path");
+    if (NULL == path)
+        return true;   /* cannot tell: assume it is there */
+    char file[PATH_MAX];
+    const char *p = path;
+    while (*p) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        struct stat st;
+        if (len && len < sizeof(file) - 64) {
+            snprintf(file, sizeof(file), "%.*s/mca_%s_%s.so", (int) len, p, type, name);
+            if (0 == stat(file, &st))
+                return true;
+        }
+        if (!colon)
+            break;
+        p = colon + 1;
+    }
+    return false;
+}
+
 /* `--mca rcache vmtrack` (a selection that leaves grdma out) breaks the BTLs that ask for
  * grdma by name. openib asks for btl_openib_rcache: if the user left that unset we point it
  * at vmtrack (its variable is registered after this framework opens, from the environment),
@@ -132,6 +158,10 @@ static const char *mca_string(const char *full_name, const char *project, const 
  * so, with the fix, before they fail. */
 static void check_selection(void)
 {
+    static bool done;   /* the framework may be opened more than once per process */
+    if (done)
+        return;
+    done = true;
     const char *rsel = mca_string("rcache", "opal", "rcache", NULL, NULL);
     if (selection_allows(rsel, "grdma"))
         return;   /* grdma stays available for whoever asks for it */
@@ -154,13 +184,15 @@ static void check_selection(void)
     bool knem = (0 == stat("/dev/knem", &st));
     const char *hard[] = {"ofi", "uct", knem ? "vader" : NULL};
     for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++) {
-        if (NULL == hard[i] || !selection_allows(bsel, hard[i]))
+        if (NULL == hard[i] || !selection_allows(bsel, hard[i]) ||
+            !component_installed("btl", hard[i]))
             continue;
         opal_output(0, "rcache vmtrack: \"--mca rcache %s\" leaves out grdma, but btl %s of "
-                    "Open MPI 4.1 asks for grdma by name and fails without it (ofi aborts with "
-                    "\"cannot create rcache\"). Fix: keep grdma for it with "
-                    "\"--mca rcache vmtrack,grdma --mca btl_openib_rcache vmtrack\", or exclude "
-                    "it with \"--mca btl ^%s\"", rsel, hard[i], hard[i]);
+                    "Open MPI 4.1 asks for grdma by name and fails without it%s. Fix: keep "
+                    "grdma for it with \"--mca rcache vmtrack,grdma --mca btl_openib_rcache "
+                    "vmtrack\", or exclude it with \"--mca btl ^%s\"", rsel, hard[i],
+                    0 == strcmp(hard[i], "ofi") ? " (it aborts: \"cannot create rcache\")" : "",
+                    hard[i]);
     }
 }
 

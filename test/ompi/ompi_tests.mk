@@ -38,3 +38,13 @@ test_ompi_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
 test_ompi_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
+
+# The MPI job for mpirun -np 2 through a real BTL (test/ompi/mpirun_rxe.sh, in the guest rig).
+check_PROGRAMS += test/ompi/mpi_rdma_check
+test_ompi_mpi_rdma_check_SOURCES = test/ompi/mpi_rdma_check.c
+test_ompi_mpi_rdma_check_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(OMPI_PREFIX_INC)
+test_ompi_mpi_rdma_check_LDADD = libvmtrack.la $(OMPI_LIBS)
+test_ompi_mpi_rdma_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
+
+# ompi_info shows the component and its parameters; --mca rcache vmtrack names the fix.
+TESTS += test/ompi/ompi_info.sh

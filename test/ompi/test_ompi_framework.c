@@ -335,9 +335,20 @@ START_TEST(t_event_reaches_every_cache_once)
     struct vmt_stats s0 = {.sz = sizeof(s0)}, s1 = {.sz = sizeof(s1)};
     vmt_stats_get(vmt_shared(), &s0);
     ck_assert_int_eq(munmap(watched, watched_len), 0);
-    ck_assert_int_eq(events_in_range, 1);                       /* once, not once per module */
-    vmt_stats_get(vmt_shared(), &s1);
-    ck_assert_uint_ge(s1.invalidations - s0.invalidations, 1); /* the entry of v1 and v2 */
+    mca_rcache_vmtrack_module_t *m1 = (mca_rcache_vmtrack_module_t *) v1;
+    mca_rcache_vmtrack_module_t *m2 = (mca_rcache_vmtrack_module_t *) v2;
+    ck_assert_int_eq(m1->mode, m2->mode);
+    if (VMT_OMPI_MODE_OPAL == m1->mode) {
+        /* Open MPI's hook called both modules' invalidate_range; one forwarded it */
+        ck_assert_int_eq(events_in_range, 1);                   /* once, not once per module */
+        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 1);
+        vmt_stats_get(vmt_shared(), &s1);
+        ck_assert_uint_ge(s1.invalidations - s0.invalidations, 1);
+    } else {
+        /* vmtrack's own tracker (kmod) reports it; Open MPI's hook events are not forwarded
+         * (they would count it twice). kmod reports asynchronously: checked below. */
+        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 0);
+    }
 
     /* the same address again: every cache must register anew */
     void *again = mmap(watched, watched_len, PROT_READ | PROT_WRITE,
@@ -354,12 +365,9 @@ START_TEST(t_event_reaches_every_cache_once)
     ck_assert_int_eq(b1.ndereg, 1);
     ck_assert_int_eq(b2.ndereg, 1);
     ck_assert_int_eq(bg.bad_fields + b1.bad_fields + b2.bad_fields, 0);
-    mca_rcache_vmtrack_module_t *m1 = (mca_rcache_vmtrack_module_t *) v1;
-    mca_rcache_vmtrack_module_t *m2 = (mca_rcache_vmtrack_module_t *) v2;
-    if (VMT_OMPI_MODE_OPAL == m1->mode)
-        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 1);
-    else
-        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 0);
+    ck_assert_int_le(events_in_range, 1);                       /* never twice */
+    vmt_stats_get(vmt_shared(), &s1);
+    ck_assert_uint_ge(s1.invalidations - s0.invalidations, 1);
     DEREG(g, rg);
     DEREG(v1, r1);
     DEREG(v2, r2);
