@@ -120,6 +120,9 @@ struct scn_stress_opts {
     unsigned mutators;       /* threads unmapping/remapping/freeing/mallocing (0: 2) */
     unsigned slots;          /* buffers shared by all threads (0: 16) */
     unsigned duration_ms;    /* 0: 2000 */
+    unsigned long min_writes;/* keep going past duration_ms until this many writes... */
+    unsigned max_ms;         /* ...but never past this (0: 10 x duration_ms) */
+    int stop_on_stale;       /* end as soon as one stale or wrong write is seen */
 };
 struct scn_stress_result {
     unsigned long writes;    /* WRITE_FIXED operations checked */

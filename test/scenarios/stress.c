@@ -290,9 +290,23 @@ int scn_stress(const struct scn_provider *p, const char *variant,
         }
         nt++;
     }
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    unsigned long min_writes = opts ? opts->min_writes : 0;
+    unsigned max_ms = opts && opts->max_ms ? opts->max_ms : 10 * ms;
+    int stop_on_stale = opts && opts->stop_on_stale;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long el = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (stop_on_stale && atomic_load(&s->stale) + atomic_load(&s->errors) > 0)
+            break;
+        if (el >= (long)max_ms)
+            break;
+        if (el >= (long)ms && atomic_load(&s->writes) >= min_writes)
+            break;
+    }
     atomic_store(&s->stop, 1);
     for (unsigned i = 0; i < nt; i++)
         pthread_join(th[i], NULL);
