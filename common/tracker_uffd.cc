@@ -426,8 +426,9 @@ std::string UffdTracker::describe() const
          "invalidates\n";
     d += "catches: munmap, mremap, madvise(DONTNEED/FREE/REMOVE), mmap(MAP_FIXED) over, brk "
          "shrink, free()/realloc inside libc, raw system calls\n";
-    d += "misses: shmdt (no event from the kernel); cannot watch file-backed (non-shmem) or "
-         "device mappings: those are served uncached\n";
+    d += "misses: shmat(SHM_REMAP) over a cached range (no event from the kernel); cannot "
+         "watch file-backed (non-shmem), SysV shm or device mappings: those are served "
+         "uncached\n";
     char b[256];
     pthread_mutex_lock(const_cast<pthread_mutex_t *>(&mu_));
     size_t n = n_;

@@ -153,6 +153,24 @@ START_TEST(t_brk_shrink)
 }
 END_TEST
 
+/* shmat(SHM_REMAP) over a cached anonymous range */
+START_TEST(t_shmat_remap)
+{
+    struct env e;
+    env_setup(&e);
+    char *p = map_anon(MB);
+    cache_it(&e, p, MB, NULL);
+    int id = shmget(IPC_PRIVATE, MB, IPC_CREAT | 0600);
+    ck_assert_int_ge(id, 0);
+    void *s = shmat(id, p, SHM_REMAP);
+    shmctl(id, IPC_RMID, NULL);
+    ck_assert_ptr_eq(s, p);
+    assert_dropped(&e, "shmat(SHM_REMAP) over");
+    ck_assert_int_eq(shmdt(s), 0);
+    env_close(&e);
+}
+END_TEST
+
 START_TEST(t_errno_preserved)
 {
     struct env e;
@@ -183,6 +201,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     add_common_cases(tc);
     tcase_add_test(tc, t_brk_shrink);
+    tcase_add_test(tc, t_shmat_remap);
     tcase_add_test(tc, t_errno_preserved);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("patching");
