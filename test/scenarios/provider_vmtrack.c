@@ -81,7 +81,14 @@ static int vp_setup(void **ctx, struct io_uring *ring, const char *variant, char
     o.tracker = variant;
     if (whylen)
         why[0] = 0;
-    int ret = create_explained(&o, &v->cache, why, whylen);
+    /* Plainly first, so that whatever goes wrong inside (a crash) is seen on stderr; only a
+     * tracker that is not available is asked again, quietly, for the core's reason. */
+    int ret = vmt_cache_create(&o, &v->cache);
+    if (ret < 0 && tracker_unavailable(ret)) {
+        struct vmt_cache *again = NULL;
+        if (create_explained(&o, &again, why, whylen) == 0)
+            vmt_cache_destroy(again);
+    }
     if (ret < 0) {
         if (whylen && !why[0])
             snprintf(why, whylen, "tracker %s: %s", variant ? variant : "auto", strerror(-ret));
