@@ -22,7 +22,6 @@ namespace {
 Cache *as_cache(struct vmt_cache *c) { return reinterpret_cast<Cache *>(c); }
 const Cache *as_cache(const struct vmt_cache *c) { return reinterpret_cast<const Cache *>(c); }
 Device *as_dev(struct vmt_device *d) { return reinterpret_cast<Device *>(d); }
-Reg *as_reg(struct vmt_reg *r) { return reinterpret_cast<Reg *>(r); }
 const Reg *as_reg(const struct vmt_reg *r) { return reinterpret_cast<const Reg *>(r); }
 
 std::once_flag g_shared_once;
@@ -168,33 +167,7 @@ void *vmt_device_ctx(const struct vmt_device *dev)
     return dev ? reinterpret_cast<const Device *>(dev)->ctx : nullptr;
 }
 
-int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
-            struct vmt_reg **out)
-{
-    if (__builtin_expect(!dev || !out, 0))
-        return -EINVAL;
-    Device *d = as_dev(dev);
-    Reg *r = nullptr;
-    int rc = d->cache->get(d, addr, len, access, &r);
-    if (rc == 0)
-        *out = reinterpret_cast<struct vmt_reg *>(r);
-    return rc;
-}
-
-void vmt_put(struct vmt_reg *reg)
-{
-    if (__builtin_expect(!reg, 0)) {
-        vmt::misuse("vmt_put(NULL)");
-        return;
-    }
-    Reg *r = as_reg(reg);
-    Device *d = r->dev.load(std::memory_order_relaxed);
-    if (!d) {
-        vmt::misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
-        return;
-    }
-    d->cache->put(r);
-}
+/* vmt_get and vmt_put are in cache.cc, beside the hit path they inline. */
 
 void *vmt_reg_handle(const struct vmt_reg *reg)
 {
@@ -218,7 +191,7 @@ size_t vmt_reg_len(const struct vmt_reg *reg)
 
 unsigned vmt_reg_access(const struct vmt_reg *reg)
 {
-    return reg ? as_reg(reg)->access.load(std::memory_order_relaxed) & VMT_ACCESS_ALL : 0;
+    return reg ? vmt::reg_access(as_reg(reg)) & VMT_ACCESS_ALL : 0;
 }
 
 int vmt_invalidate(struct vmt_cache *cache, const void *addr, size_t len)

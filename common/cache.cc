@@ -20,7 +20,6 @@ constexpr size_t kDefaultMaxEntries = 262144;
 constexpr int kMaxRegWalk = 16;        // registrations looked at per entry on a hit
 constexpr int kHitSpins = 64;          // sequence retries before a hit falls back to the miss path
 constexpr int kMissAttempts = 8;       // a miss raced by invalidations this often is served uncached
-constexpr uint32_t kAccessDeferred = 1u << 31;  // set once a retired reg outlived a reclaim
 
 std::mutex g_caches_lock;
 Cache *g_caches_list = nullptr;
@@ -30,11 +29,9 @@ pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 __thread bool t_in_reclaim = false;
 __thread Cache *t_paused = nullptr;
 
-uintptr_t page_size()
-{
-    static const uintptr_t size = (uintptr_t)sysconf(_SC_PAGESIZE);
-    return size;
-}
+// Registrations are in base pages; on x86-64 Linux these are always 4 KiB.
+constexpr uintptr_t kPageSize = 4096;
+constexpr uintptr_t page_size() { return kPageSize; }
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
@@ -80,6 +77,13 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
         delete c;
         return rc;
     }
+    void *memo = mmap(nullptr, kMemoSlots * sizeof(MemoSlot), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memo == MAP_FAILED) {
+        delete c;
+        return -ENOMEM;
+    }
+    c->memo_ = static_cast<MemoSlot *>(memo);
     c->words_ = c->tracker_->words();
     c->caching_ = c->tracker_->caches();
     c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
@@ -136,6 +140,8 @@ Cache::~Cache()
     }
     if (stat_slot_ < kFastStatCaches)
         g_stat_slots.fetch_and(~(1u << stat_slot_));
+    if (memo_)
+        munmap(memo_, kMemoSlots * sizeof(MemoSlot));
     pthread_rwlock_destroy(&subs_lock_);
 }
 
@@ -169,6 +175,7 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
         }
     }
     fresh->cache = this;
+    fresh->slow_only.store(!caching_);
     memcpy(&fresh->ops, ops, ops->sz < sizeof fresh->ops ? ops->sz : sizeof fresh->ops);
     fresh->ops.sz = sizeof fresh->ops;
     fresh->ctx = ctx;
@@ -193,6 +200,7 @@ void Cache::detach(Device *dev)
             return;
         write_begin();
         dev->detached.store(true);
+        dev->slow_only.store(true);
         for (Entry *e = lru_head_, *next; e; e = next) {
             next = e->lru_next;
             Reg *keep = nullptr, *r = e->regs.load(std::memory_order_relaxed);
@@ -225,12 +233,12 @@ void Cache::detach(Device *dev)
             std::lock_guard<std::mutex> g(lock_);
             for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
                 if (r->dev.load(std::memory_order_relaxed) == dev &&
-                    r->state.load(std::memory_order_relaxed) == kRegRetired) {
+                    reg_state(r) == kRegRetired) {
                     victim = r;
                     break;
                 }
             if (victim)
-                victim->state.store(kRegDead, std::memory_order_release);
+                reg_set_state(victim, kRegDead);
         }
         if (!victim)
             break;
@@ -251,26 +259,127 @@ void Cache::detach(Device *dev)
 
 void Cache::take_hold(ThreadRecord *t, Reg *r) noexcept
 {
-    if (!hold_add(t, r->id.load(std::memory_order_relaxed)))
+    if (!hold_add(t, hold_key(r)))
         r->shared_holds.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// The first slot of the two-slot set for (page, device).
+inline size_t memo_slot(uintptr_t page, const void *dev)
+{
+    return (size_t)(((page ^ ((uintptr_t)dev >> 4)) * 0x9E3779B97F4A7C15ull) >> 50) & ~(size_t)1;
+}
+
+// Orders the hold just published before the re-check that follows; the retirer's membarrier
+// is the other half. Where membarrier is missing, the reader pays for a real fence.
+inline void publish_fence()
+{
+    if (__builtin_expect(g_readers_fence.load(std::memory_order_relaxed), 0))
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    else
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_acquire);
+}
+}  // namespace
+
+// The common hit: one memo set (two slots), no tree walk, nothing shared written.
+__attribute__((always_inline)) inline bool Cache::memo_hit(Device *dev, uintptr_t addr,
+                                                          uintptr_t end, unsigned access,
+                                                          ThreadRecord *t, Reg **out) noexcept
+{
+    uint32_t epoch = epoch_.load(std::memory_order_acquire);
+    uintptr_t page = addr >> 12;
+    const MemoSlot *set = &memo_[memo_slot(page, dev)];
+    const MemoSlot &m = set[set[0].page.load(std::memory_order_relaxed) == page ? 0 : 1];
+    uint32_t v = m.ver.load(std::memory_order_acquire);
+    if ((v & 1) || m.epoch.load(std::memory_order_relaxed) != epoch ||
+        m.page.load(std::memory_order_relaxed) != page || m.dev.load(std::memory_order_relaxed) != dev ||
+        m.end.load(std::memory_order_relaxed) < end ||
+        (m.access.load(std::memory_order_relaxed) & access) != access)
+        return false;
+    Reg *r = m.reg.load(std::memory_order_relaxed);
+    uint32_t wh = m.watch_handle.load(std::memory_order_relaxed);
+    uint32_t we = m.watch_expect.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (m.ver.load(std::memory_order_relaxed) != v)
+        return false;
+    if (words_[wh].load(std::memory_order_acquire) != we)
+        return false;  // the tracker says the pages changed
+    HoldKey key = hold_key(r);
+    if (__builtin_expect(!hold_add(t, key), 0))
+        return false;  // no free slot: the tree path takes the shared counter
+    publish_fence();
+    if (__builtin_expect(epoch_.load(std::memory_order_acquire) != epoch, 0)) {
+        hold_remove(t, key);
+        if (reg_state(r) != kRegLive)
+            reclaim();
+        return false;
+    }
+    if (stat_slot_ < kFastStatCaches) {
+        uint64_t h = t->hits[stat_slot_].load(std::memory_order_relaxed) + 1;
+        t->hits[stat_slot_].store(h, std::memory_order_relaxed);
+        // Recency for LRU, sampled so that steady hits do not touch the entry's line.
+        if ((h & 15) == 0) {
+            Entry *e = m.entry.load(std::memory_order_relaxed);
+            uint32_t tick = tick_.load(std::memory_order_relaxed);
+            if (e->last_use.load(std::memory_order_relaxed) != tick)
+                e->last_use.store(tick, std::memory_order_relaxed);
+        }
+    } else {
+        hits_shared_.fetch_add(1, std::memory_order_relaxed);
+    }
+    *out = r;
+    return true;
+}
+
+void Cache::memo_fill(uint32_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+{
+    // Of the set's two slots, take the one already holding this page, else one that is stale,
+    // else the second (the first keeps the older, still valid page).
+    MemoSlot *set = &memo_[memo_slot(addr >> 12, dev)];
+    int way = 1;
+    for (int w = 0; w < 2; w++)
+        if (set[w].page.load(std::memory_order_relaxed) == addr >> 12 ||
+            set[w].epoch.load(std::memory_order_relaxed) != epoch) {
+            way = w;
+            break;
+        }
+    MemoSlot &m = set[way];
+    uint32_t v = m.ver.load(std::memory_order_relaxed);
+    if ((v & 1) || !m.ver.compare_exchange_strong(v, v + 1, std::memory_order_acquire))
+        return;  // another thread is filling it
+    std::atomic_thread_fence(std::memory_order_release);
+    m.epoch.store(epoch, std::memory_order_relaxed);
+    m.page.store(addr >> 12, std::memory_order_relaxed);
+    m.dev.store(dev, std::memory_order_relaxed);
+    m.reg.store(r, std::memory_order_relaxed);
+    m.entry.store(e, std::memory_order_relaxed);
+    m.end.store(e->end.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.access.store(reg_access(r), std::memory_order_relaxed);
+    m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.ver.store(v + 2, std::memory_order_release);
+}
+
+// The hit through the tree, under the sequence count; fills the memo for next time.
 bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t,
                 Reg **out) noexcept
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
+        uint32_t epoch = epoch_.load(std::memory_order_acquire);
         uint64_t s = seq_.load(std::memory_order_acquire);
         if (s & 1) {
             cpu_relax();
             continue;
         }
         Entry *e = static_cast<Entry *>(index_.floor(addr));
+        if (e && e->end.load(std::memory_order_relaxed) < end)
+            e = nullptr;
         Reg *r = nullptr;
-        if (e && e->end.load(std::memory_order_relaxed) >= end) {
+        if (e) {
             r = e->regs.load(std::memory_order_acquire);
             for (int n = 0; r && n < kMaxRegWalk; n++, r = r->next.load(std::memory_order_relaxed))
-                if (r->dev.load(std::memory_order_relaxed) == dev &&
-                    (r->access.load(std::memory_order_relaxed) & access) == access)
+                if (r->dev.load(std::memory_order_relaxed) == dev && (reg_access(r) & access) == access)
                     break;
             if (r && words_[e->watch_handle.load(std::memory_order_relaxed)].load(std::memory_order_acquire) !=
                          e->watch_expect.load(std::memory_order_relaxed))
@@ -282,26 +391,21 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
                 continue;
             return false;
         }
-        uint32_t id = r->id.load(std::memory_order_relaxed);
-        bool shared = !hold_add(t, id);
+        HoldKey key = hold_key(r);
+        bool shared = !hold_add(t, key);
         if (shared)
             r->shared_holds.fetch_add(1, std::memory_order_relaxed);
-        // Publish the hold before re-reading the sequence; the retirer's membarrier supplies
-        // the other half of this fence.
-        if (__builtin_expect(g_readers_fence.load(std::memory_order_relaxed), 0))
-            std::atomic_thread_fence(std::memory_order_seq_cst);
-        else
-            std::atomic_signal_fence(std::memory_order_seq_cst);
-        std::atomic_thread_fence(std::memory_order_acquire);
+        publish_fence();
         if (seq_.load(std::memory_order_acquire) != s) {
             if (shared)
                 r->shared_holds.fetch_sub(1, std::memory_order_relaxed);
             else
-                hold_remove(t, id);
-            if (r->state.load(std::memory_order_acquire) != kRegLive)
+                hold_remove(t, key);
+            if (reg_state(r) != kRegLive)
                 reclaim();
             continue;
         }
+        memo_fill(epoch, dev, addr, e, r);
         uint32_t tick = tick_.load(std::memory_order_relaxed);
         if (e->last_use.load(std::memory_order_relaxed) != tick)
             e->last_use.store(tick, std::memory_order_relaxed);
@@ -340,7 +444,7 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     ThreadRecord *t = thread_record();
     if (!t)
         return -ENOMEM;
-    if (hit(dev, a, end, access, t, out))
+    if (memo_hit(dev, a, end, access, t, out) || hit(dev, a, end, access, t, out))
         return 0;
     return miss(dev, a0, a1, access, out);
 }
@@ -429,10 +533,8 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     r->dev.store(dev);
     r->handle.store(handle);
     r->next.store(nullptr);
-    r->access.store(access);
-    r->id.store(new_reg_id());
     r->shared_holds.store(1);
-    r->state.store(kRegUncached, std::memory_order_release);
+    r->bits.store(access | kRegUncached << 8, std::memory_order_release);
     {
         std::lock_guard<std::mutex> g(lock_);
         dev->regions++;
@@ -476,13 +578,13 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
                 for (Reg *r = e->regs.load(); r; r = r->next.load()) {
                     if (r->dev.load() != dev)
                         continue;
-                    if ((r->access.load() & access) == access) {
+                    if ((reg_access(r) & access) == access) {
                         // Another thread registered it meanwhile.
                         take_hold(t, r);
                         *out = r;
                         return 0;
                     }
-                    acc |= r->access.load();  // an upgrade keeps the rights it had
+                    acc |= reg_access(r);  // an upgrade keeps the rights it had
                 }
                 base = e;
                 u0 = e->start.load();
@@ -583,10 +685,8 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
         write_begin();
         r->dev.store(dev, std::memory_order_relaxed);
         r->handle.store(handle, std::memory_order_relaxed);
-        r->access.store(acc, std::memory_order_relaxed);
-        r->id.store(new_reg_id(), std::memory_order_relaxed);
+        r->bits.store(acc | kRegLive << 8, std::memory_order_relaxed);
         r->shared_holds.store(0, std::memory_order_relaxed);
-        r->state.store(kRegLive, std::memory_order_relaxed);
         dev->regions++;
         dev->bytes += u1 - u0;
         Entry *target = base;
@@ -635,7 +735,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
             if (!index_.insert(u0, ne)) {
                 // Out of memory for index nodes: serve this one uncached.
                 ne->in_index = false;
-                r->state.store(kRegUncached, std::memory_order_relaxed);
+                reg_set_state(r, kRegUncached);
                 r->shared_holds.store(1, std::memory_order_relaxed);
                 write_end();
                 g.unlock();
@@ -698,7 +798,10 @@ void Cache::lru_unlink(Entry *e) noexcept
 
 void Cache::retire(Reg *r) noexcept
 {
-    r->state.store(kRegRetired, std::memory_order_release);
+    // Memo slots filled before this moment stop being valid (see MemoSlot).
+    epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    reg_set_state(r, kRegRetired);
+    g_retired_regs.fetch_add(1, std::memory_order_relaxed);
     r->next.store(limbo_, std::memory_order_relaxed);
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
@@ -778,16 +881,13 @@ size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
 // ---------------------------------------------------------------------------------------------
 // put and reclaim
 
-void Cache::put(Reg *r)
+// Slow half of vmt_put: the hold is not in this thread's slots (a put from another thread than
+// the get, a hold that went to the shared counter, or one put too many), or some registration
+// of the process is retired and this one may be it.
+void Cache::put(Reg *r, bool hold_released)
 {
-    uint32_t st = r->state.load(std::memory_order_acquire);
+    uint32_t st = reg_state(r);
     Device *dev = r->dev.load(std::memory_order_relaxed);
-    if (st == kRegDead) {
-        misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
-               dev ? dev->name.c_str() : "?");
-        release_hold(r);  // so that its memory can still be reused
-        return;
-    }
     if (st == kRegUncached) {
         int32_t left = r->shared_holds.fetch_sub(1, std::memory_order_acq_rel) - 1;
         if (left < 0) {
@@ -807,32 +907,25 @@ void Cache::put(Reg *r)
             dev->regions--;
             dev->bytes -= len;
         }
-        r->state.store(kRegDead, std::memory_order_relaxed);
+        reg_set_state(r, kRegDead);
         regs_.free(r);
         entries_.free(e);
         return;
     }
-    release_hold(r);
-}
-
-void Cache::release_hold(Reg *r) noexcept
-{
-    ThreadRecord *t = thread_record();
-    uint32_t id = r->id.load(std::memory_order_relaxed);
-    if (!t || !hold_remove(t, id)) {
-        // Put by another thread than the get (or once too often): the shared counter takes it.
-        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(id);
+    if (!hold_released) {
+        // Not in this thread's slots: a put by another thread, or once too often.
+        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
         if (held <= 0) {
             misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
             return;
         }
         r->shared_holds.fetch_sub(1, std::memory_order_acq_rel);
     }
-    if (__builtin_expect(g_readers_fence.load(std::memory_order_relaxed), 0))
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-    else
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (r->state.load(std::memory_order_acquire) != kRegLive)
+    if (st == kRegDead)
+        misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
+               dev ? dev->name.c_str() : "?");
+    publish_fence();
+    if (reg_state(r) != kRegLive)
         reclaim();
 }
 
@@ -858,18 +951,17 @@ void Cache::reclaim() noexcept
     while (list) {
         Reg *r = list;
         list = r->next.load(std::memory_order_relaxed);
-        int64_t held = r->shared_holds.load(std::memory_order_acquire) +
-                       holds_in_threads(r->id.load(std::memory_order_relaxed));
+        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
         if (held > 0) {
-            if (!(r->access.load(std::memory_order_relaxed) & kAccessDeferred)) {
-                r->access.fetch_or(kAccessDeferred, std::memory_order_relaxed);
+            if (!(r->bits.load(std::memory_order_relaxed) & kBitsDeferred)) {
+                r->bits.fetch_or(kBitsDeferred, std::memory_order_relaxed);
                 deferred_.fetch_add(1, std::memory_order_relaxed);
             }
             r->next.store(keep, std::memory_order_relaxed);
             keep = r;
             continue;
         }
-        if (r->state.load(std::memory_order_relaxed) != kRegDead) {
+        if (reg_state(r) != kRegDead) {
             Device *d = r->dev.load(std::memory_order_relaxed);
             Entry *e = r->entry.load(std::memory_order_relaxed);
             d->ops.dereg(d->ctx, r->handle.load(std::memory_order_relaxed));
@@ -892,8 +984,8 @@ void Cache::reclaim() noexcept
             size_t len = e->end.load() - e->start.load();
             d->regions--;
             d->bytes -= len;
-            r->state.store(kRegDead, std::memory_order_relaxed);
-            r->id.store(0, std::memory_order_relaxed);
+            reg_set_state(r, kRegDead);
+            g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
             regs_.free(r);
             if (--e->regs_alive == 0 && !e->in_index) {
                 e->lru_next = free_later;  // reuse the link: the entry left the LRU list
@@ -1139,6 +1231,7 @@ void Cache::child_after_fork() noexcept
         c->entries_.reset_after_fork();
         c->regs_.reset_after_fork();
         c->index_.reset_after_fork();
+        memset(static_cast<void *>(c->memo_), 0, kMemoSlots * sizeof(MemoSlot));
         c->seq_.store(0);
         c->lru_head_ = c->lru_tail_ = nullptr;
         c->entry_count_ = 0;
@@ -1147,8 +1240,10 @@ void Cache::child_after_fork() noexcept
         c->limbo_nonempty_.store(false);
         c->unmaps_count_ = 0;
         c->inval_count_ = 0;
-        for (Device *d = c->devices_; d; d = d->next)
+        for (Device *d = c->devices_; d; d = d->next) {
             d->forked_away = true;
+            d->slow_only.store(true);
+        }
         for (auto *counter : {&c->hits_shared_, &c->misses_, &c->registrations_, &c->deregistrations_,
                               &c->invalidations_, &c->evictions_, &c->uncached_, &c->merges_,
                               &c->upgrades_, &c->retries_, &c->deferred_, &c->bytes_registered_})
@@ -1171,9 +1266,61 @@ void Cache::maybe_after_fork() noexcept
         VMT_LOG_ERROR("after fork: tracker %s cannot follow the child (%s): caching is off",
                       tracker_->name(), strerror(-rc));
         caching_ = false;
+        std::lock_guard<std::mutex> l(lock_);
+        for (Device *d = devices_; d; d = d->next)
+            d->slow_only.store(true);
     }
     words_ = tracker_->words();
     needs_fork_fixup_.store(false, std::memory_order_release);
 }
 
 }  // namespace vmt
+
+// The C entry points of the hot path live here, next to what they inline.
+extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                       struct vmt_reg **out)
+{
+    if (__builtin_expect(!dev || !out, 0))
+        return -EINVAL;
+    vmt::Device *d = reinterpret_cast<vmt::Device *>(dev);
+    vmt::Reg *r = nullptr;
+    // The common case first: valid arguments, a usable device, and a memo slot that holds it.
+    uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    uintptr_t end = a + len;
+    vmt::ThreadRecord *t = vmt::t_record;
+    if (__builtin_expect(a != 0 && end > a && !(access & ~VMT_ACCESS_ALL) && t &&
+                             !d->slow_only.load(std::memory_order_relaxed),
+                         1) &&
+        d->cache->memo_hit(d, a, end, access, t, &r)) {
+        *out = reinterpret_cast<struct vmt_reg *>(r);
+        return 0;
+    }
+    int rc = d->cache->get(d, addr, len, access, &r);
+    if (__builtin_expect(rc == 0, 1))
+        *out = reinterpret_cast<struct vmt_reg *>(r);
+    return rc;
+}
+
+extern "C" void vmt_put(struct vmt_reg *reg)
+{
+    if (__builtin_expect(!reg, 0)) {
+        vmt::misuse("vmt_put(NULL)");
+        return;
+    }
+    // The common put touches only this thread's record: the hold leaves its slot and, while
+    // no registration of the process is retired, nothing else can need this put.
+    vmt::ThreadRecord *t = vmt::thread_record();
+    bool released = t && vmt::hold_remove(t, vmt::hold_key(reg));
+    if (__builtin_expect(released, 1)) {
+        vmt::publish_fence();
+        if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))
+            return;
+    }
+    vmt::Reg *r = reinterpret_cast<vmt::Reg *>(reg);
+    vmt::Device *d = r->dev.load(std::memory_order_relaxed);
+    if (__builtin_expect(!d, 0)) {
+        vmt::misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
+        return;
+    }
+    d->cache->put(r, released);
+}

@@ -44,6 +44,9 @@ struct Device {
     size_t bytes = 0;
     std::atomic<bool> detached{false};
     bool forked_away = false;    // attached in the parent of a fork()
+    // vmt_get must take the full path: detached, from the parent of a fork, or the cache
+    // caches nothing. One load on the hit path instead of four.
+    std::atomic<bool> slow_only{false};
     Device *next = nullptr;
 };
 
@@ -54,16 +57,26 @@ enum RegState : uint32_t {
     kRegDead = 3,      // deregistered; memory waits for the last stray hold
 };
 
+// The first member of Reg and Entry is pointer-sized and atomic: the pool keeps its free
+// link there (pool.h).
 struct Reg {
     std::atomic<Entry *> entry{nullptr};
     std::atomic<Device *> dev{nullptr};
     std::atomic<void *> handle{nullptr};
-    std::atomic<Reg *> next{nullptr};  // in the entry's list; in limbo_ once retired
-    std::atomic<uint32_t> access{0};
-    std::atomic<uint32_t> state{kRegLive};
-    std::atomic<uint32_t> id{0};
+    std::atomic<Reg *> next{nullptr};          // in the entry's list; in limbo_ once retired
+    std::atomic<uint32_t> bits{0};             // access | state << 8 | deferred flag
     std::atomic<int32_t> shared_holds{0};
 };
+
+constexpr uint32_t kBitsAccess = 0xff;
+constexpr uint32_t kBitsDeferred = 1u << 16;
+inline unsigned reg_access(const Reg *r) { return r->bits.load(std::memory_order_relaxed) & kBitsAccess; }
+inline uint32_t reg_state(const Reg *r) { return (r->bits.load(std::memory_order_acquire) >> 8) & 0xff; }
+inline void reg_set_state(Reg *r, uint32_t state)
+{
+    uint32_t b = r->bits.load(std::memory_order_relaxed);
+    r->bits.store((b & ~(0xffu << 8)) | state << 8, std::memory_order_release);
+}
 
 struct Entry {
     std::atomic<uintptr_t> start{0};
@@ -71,11 +84,11 @@ struct Entry {
     std::atomic<Reg *> regs{nullptr};
     std::atomic<uint32_t> watch_handle{0};
     std::atomic<uint32_t> watch_expect{0};
-    std::atomic<uint32_t> last_use{0};   // tick of the last hit
+    std::atomic<uint32_t> last_use{0};   // tick of a recent hit (sampled on the memo path)
     // Writer-only below (index lock).
     uint32_t lru_stamp = 0;              // tick when placed at the LRU head
     uint32_t regs_alive = 0;             // registrations of this entry not yet freed
-    bool in_index = false;
+    std::atomic<bool> in_index{false};   // changed only inside a write section
     bool watched = false;
     Entry *lru_prev = nullptr, *lru_next = nullptr;
 };
@@ -88,7 +101,8 @@ public:
     int attach(const struct vmt_device_ops *ops, void *ctx, Device **out);
     void detach(Device *dev);
     int get(Device *dev, const void *addr, size_t len, unsigned access, Reg **out);
-    void put(Reg *reg);
+    // hold_released: the fast path (vmt_put) already took the hold out of this thread's slots.
+    void put(Reg *reg, bool hold_released);
     int invalidate_manual(uintptr_t start, size_t len);
     int flush();
     void stats(struct vmt_stats *s);
@@ -161,6 +175,34 @@ private:
     bool caching_ = true;
     unsigned stat_slot_ = ~0u;
     RangeIndex index_;
+
+    // A lossy memo in front of the index: page number -> the entry a lookup last found for it.
+    // Never trusted: a memo entry is used only if it is in the index and covers the request
+    // (the index is disjoint, so such an entry is the answer). Written only when a lookup had
+    // to walk the tree, so steady hits write nothing here.
+    // Each slot holds everything a hit needs (one cache line). It is valid while the cache's
+    // retire epoch is the one it was filled at: every retirement moves the epoch, so a slot
+    // can never hand out a retired registration. `ver` is odd while a filler writes it.
+    struct alignas(64) MemoSlot {
+        std::atomic<uint32_t> ver;
+        std::atomic<uint32_t> epoch;
+        std::atomic<uintptr_t> page;
+        std::atomic<Device *> dev;
+        std::atomic<Reg *> reg;
+        std::atomic<Entry *> entry;
+        std::atomic<uintptr_t> end;
+        std::atomic<uint32_t> access;
+        std::atomic<uint32_t> watch_handle;
+        std::atomic<uint32_t> watch_expect;
+    };
+    static constexpr size_t kMemoSlots = 16384;
+    MemoSlot *memo_ = nullptr;
+    std::atomic<uint32_t> epoch_{1};  // moves at every retirement (under lock_)
+public:
+    bool memo_hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t,
+                  Reg **out) noexcept;
+private:
+    void memo_fill(uint32_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
 
     // ---- writers ----
     alignas(64) mutable std::mutex lock_;

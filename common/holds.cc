@@ -13,17 +13,16 @@
 namespace vmt {
 
 std::atomic<bool> g_readers_fence{false};
+std::atomic<long> g_retired_regs{0};
+__thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
 
 std::mutex g_records_lock;                       // guards adding records
 std::atomic<ThreadRecord *> g_records{nullptr};  // all records ever made, newest first
-std::atomic<uint32_t> g_next_id{1};
 pthread_key_t g_exit_key;
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
 std::atomic<int> g_membarrier_state{0};  // 0 unknown, 1 registered, -1 unavailable
-
-__thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
 
 void on_thread_exit(void *p)
 {
@@ -56,9 +55,9 @@ void membarrier_setup()
 
 }  // namespace
 
-ThreadRecord *thread_record() noexcept
+ThreadRecord *thread_record_slow() noexcept
 {
-    if (__builtin_expect(t_record != nullptr, 1))
+    if (t_record)
         return t_record;
     pthread_once(&g_once, make_key);
     membarrier_setup();
@@ -89,7 +88,7 @@ ThreadRecord *thread_record() noexcept
     return r;
 }
 
-int64_t holds_in_threads(uint32_t id) noexcept
+int64_t holds_in_threads(HoldKey id) noexcept
 {
     int64_t sum = 0;
     unsigned h = slot_home(id);
@@ -128,17 +127,10 @@ void holds_after_fork_child() noexcept
         if (r != t_record)
             r->owned.store(false);
     }
+    g_retired_regs.store(0);
     // membarrier registration belongs to the parent's mm.
     g_membarrier_state.store(0);
     membarrier_setup();
-}
-
-uint32_t new_reg_id() noexcept
-{
-    uint32_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
-    if (id == 0)  // wrapped after 4 billion registrations objects: skip the empty marker
-        id = g_next_id.fetch_add(1, std::memory_order_relaxed);
-    return id;
 }
 
 uint64_t hits_in_threads(unsigned slot) noexcept

@@ -25,7 +25,7 @@ constexpr unsigned kHoldProbe = 4;       // slots looked at per id
 constexpr unsigned kFastStatCaches = 8;  // caches whose hits are counted per thread
 
 struct alignas(64) ThreadRecord {
-    // (id << 32) | (uint32_t)count; 0 is an empty slot (ids start at 1).
+    // (key << kCountBits) | count, key = the registration's address / 8; 0 is an empty slot.
     std::atomic<uint64_t> slots[kHoldSlots];
     std::atomic<uint64_t> hits[kFastStatCaches];
     ThreadRecord *next = nullptr;        // in the list of all records; never unlinked
@@ -33,23 +33,44 @@ struct alignas(64) ThreadRecord {
 };
 
 // The calling thread's record (created on first use; nullptr only when out of memory).
-ThreadRecord *thread_record() noexcept;
+ThreadRecord *thread_record_slow() noexcept;
+extern __thread ThreadRecord *t_record __attribute__((tls_model("initial-exec")));
+inline ThreadRecord *thread_record() noexcept
+{
+    ThreadRecord *r = t_record;
+    return __builtin_expect(r != nullptr, 1) ? r : thread_record_slow();
+}
 
-inline uint32_t slot_id(uint64_t s) { return (uint32_t)(s >> 32); }
-inline int32_t slot_count(uint64_t s) { return (int32_t)(uint32_t)s; }
-inline uint64_t make_slot(uint32_t id, int32_t count) { return ((uint64_t)id << 32) | (uint32_t)count; }
-inline unsigned slot_home(uint32_t id) { return (id * 2654435761u) >> 27; }  // top 5 bits: 0..31
+// A hold is keyed by the registration's address: user-space addresses on x86-64 fit in 47
+// bits and registrations are 8-byte aligned, so key and a 20-bit count share one word.
+constexpr unsigned kCountBits = 20;
+constexpr int32_t kMaxSlotCount = (1 << kCountBits) - 1;
+using HoldKey = uint64_t;
+inline HoldKey hold_key(const void *reg) { return (uint64_t)(uintptr_t)reg >> 3; }
+inline HoldKey slot_id(uint64_t s) { return s >> kCountBits; }
+inline int32_t slot_count(uint64_t s) { return (int32_t)(s & kMaxSlotCount); }
+inline uint64_t make_slot(HoldKey id, int32_t count) { return (id << kCountBits) | (uint64_t)count; }
+inline unsigned slot_home(HoldKey id) { return (unsigned)((id * 0x9E3779B97F4A7C15ull) >> 59); }  // 0..31
 
 // Adds one hold of `id` to this thread's slots; false if no slot is free (use the shared
-// counter then).
-inline bool hold_add(ThreadRecord *t, uint32_t id) noexcept
+// counter then). The home slot is tried first: that is the common case and stays cheap.
+inline bool hold_add(ThreadRecord *t, HoldKey id) noexcept
 {
     unsigned h = slot_home(id);
+    uint64_t s = t->slots[h].load(std::memory_order_relaxed);
+    if (__builtin_expect(s == 0, 1)) {
+        t->slots[h].store(make_slot(id, 1), std::memory_order_relaxed);
+        return true;
+    }
+    if (slot_id(s) == id && slot_count(s) < kMaxSlotCount) {
+        t->slots[h].store(make_slot(id, slot_count(s) + 1), std::memory_order_relaxed);
+        return true;
+    }
     int free_at = -1;
-    for (unsigned k = 0; k < kHoldProbe; k++) {
+    for (unsigned k = 1; k < kHoldProbe; k++) {
         unsigned i = (h + k) & (kHoldSlots - 1);
-        uint64_t s = t->slots[i].load(std::memory_order_relaxed);
-        if (slot_id(s) == id) {
+        s = t->slots[i].load(std::memory_order_relaxed);
+        if (slot_id(s) == id && slot_count(s) < kMaxSlotCount) {
             t->slots[i].store(make_slot(id, slot_count(s) + 1), std::memory_order_relaxed);
             return true;
         }
@@ -63,13 +84,13 @@ inline bool hold_add(ThreadRecord *t, uint32_t id) noexcept
 }
 
 // Removes one hold of `id` from this thread's slots; false if this thread has none there.
-inline bool hold_remove(ThreadRecord *t, uint32_t id) noexcept
+inline bool hold_remove(ThreadRecord *t, HoldKey id) noexcept
 {
     unsigned h = slot_home(id);
     for (unsigned k = 0; k < kHoldProbe; k++) {
         unsigned i = (h + k) & (kHoldSlots - 1);
         uint64_t s = t->slots[i].load(std::memory_order_relaxed);
-        if (slot_id(s) == id && slot_count(s) > 0) {
+        if (__builtin_expect(slot_id(s) == id && slot_count(s) > 0, 1)) {
             int32_t c = slot_count(s) - 1;
             t->slots[i].store(c ? make_slot(id, c) : 0, std::memory_order_relaxed);
             return true;
@@ -79,7 +100,7 @@ inline bool hold_remove(ThreadRecord *t, uint32_t id) noexcept
 }
 
 // Sum of all threads' slot holds of `id` (call after reader_barrier()).
-int64_t holds_in_threads(uint32_t id) noexcept;
+int64_t holds_in_threads(HoldKey id) noexcept;
 
 // Whether readers must fence themselves (membarrier unavailable).
 extern std::atomic<bool> g_readers_fence;
@@ -92,8 +113,9 @@ void holds_after_fork_child() noexcept;
 void holds_lock_for_fork() noexcept;
 void holds_unlock_after_fork_parent() noexcept;
 
-// A fresh, never reused registration id.
-uint32_t new_reg_id() noexcept;
+// Registrations retired but not yet freed, in every cache of the process. While it is 0 a
+// put needs nothing but its own thread's slot.
+extern std::atomic<long> g_retired_regs;
 
 // Hits of all threads for fast-stat cache slot `slot`.
 uint64_t hits_in_threads(unsigned slot) noexcept;

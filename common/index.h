@@ -110,10 +110,10 @@ public:
 
 private:
     struct Node {
+        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children (ptrs[0]: pool link)
+        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
         std::atomic<unsigned> count;
         std::atomic<bool> leaf;
-        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
-        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
     };
     struct Split {
         Node *node;
@@ -129,14 +129,19 @@ private:
     }
 
     // Index of the last key <= x, or -1. Inner nodes treat keys[0] as minus infinity.
+    // Branch-free: random lookups would otherwise mispredict once per level.
     static int last_le(const Node *n, unsigned count, uintptr_t x) noexcept
     {
         bool leaf = n->leaf.load(std::memory_order_relaxed);
-        int i = (int)count - 1;
-        for (; i >= (leaf ? 0 : 1); i--)
-            if (n->keys[i].load(std::memory_order_relaxed) <= x)
-                return i;
-        return leaf ? -1 : 0;
+        int le = 0;
+        for (unsigned j = 0; j < kFan; j++)
+            le += (j < count) & (n->keys[j].load(std::memory_order_relaxed) <= x);
+        if (leaf)
+            return le - 1;
+        // keys[0] of an inner node is not a bound: child 0 takes everything below keys[1].
+        bool k0 = count > 0 && n->keys[0].load(std::memory_order_relaxed) <= x;
+        le -= k0;
+        return le;
     }
 
     static uintptr_t key(const Node *n, unsigned i) noexcept { return n->keys[i].load(std::memory_order_relaxed); }
@@ -182,12 +187,14 @@ private:
         n->count.store(c - 1, std::memory_order_relaxed);
     }
 
-    // Split a full node: the upper half moves to a new right sibling; returns it.
-    Node *split(Node *n) noexcept
+    // Split a full node: the upper part moves to a new right sibling; returns it. An insertion
+    // at the very end (addresses growing, the usual way memory is handed out) keeps the left
+    // node full instead of half full.
+    Node *split(Node *n, unsigned pos) noexcept
     {
         Node *r = nodes_.alloc();
         init(r, leaf(n));
-        unsigned half = kFan / 2;
+        unsigned half = pos == kFan ? kFan - 1 : kFan / 2;
         for (unsigned j = half; j < kFan; j++) {
             r->keys[j - half].store(key(n, j), std::memory_order_relaxed);
             r->ptrs[j - half].store(ptr(n, j), std::memory_order_relaxed);
@@ -205,11 +212,12 @@ private:
                 insert_at(n, pos, k, v);
                 return {nullptr, 0};
             }
-            Node *r = split(n);
-            if (pos <= kFan / 2)
+            Node *r = split(n, pos);
+            unsigned left = count(n);
+            if (pos <= left && pos != kFan)
                 insert_at(n, pos, k, v);
             else
-                insert_at(r, pos - kFan / 2, k, v);
+                insert_at(r, pos - left, k, v);
             return {r, key(r, 0)};
         }
         unsigned i = (unsigned)last_le(n, count(n), k);
@@ -221,11 +229,12 @@ private:
             insert_at(n, pos, s.key, s.node);
             return {nullptr, 0};
         }
-        Node *r = split(n);
-        if (pos <= kFan / 2)
+        Node *r = split(n, pos);
+        unsigned left = count(n);
+        if (pos <= left && pos != kFan)
             insert_at(n, pos, s.key, s.node);
         else
-            insert_at(r, pos - kFan / 2, s.key, s.node);
+            insert_at(r, pos - left, s.key, s.node);
         return {r, key(r, 0)};
     }
 

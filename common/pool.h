@@ -1,4 +1,5 @@
-// Type-stable object pools. Objects are carved from mmap'ed chunks that are never returned to
+// Type-stable object pools. T must begin with a pointer-sized std::atomic: a free object keeps
+// the free-list link there (stored atomically, since racing readers may still load it). Objects are carved from mmap'ed chunks that are never returned to
 // the system while the pool lives, so a reader that raced with a free reads a valid object of
 // the same type (and then fails its sequence check) instead of unmapped memory. Growth uses
 // mmap, never malloc, so it is safe while the cache's index lock is held and inside hooks.
@@ -7,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <new>
@@ -27,18 +29,17 @@ public:
         std::lock_guard<std::mutex> g(lock_);
         if (!free_ && !grow())
             return nullptr;
-        Slot *s = free_;
-        free_ = s->next_free;
+        T *obj = free_;
+        free_ = link(obj)->load(std::memory_order_relaxed);
         in_use_++;
-        return &s->obj;
+        return obj;
     }
 
     void free(T *obj) noexcept
     {
-        Slot *s = reinterpret_cast<Slot *>(reinterpret_cast<char *>(obj) - offsetof(Slot, obj));
         std::lock_guard<std::mutex> g(lock_);
-        s->next_free = free_;
-        free_ = s;
+        link(obj)->store(free_, std::memory_order_relaxed);
+        free_ = obj;
         in_use_--;
     }
 
@@ -53,11 +54,8 @@ public:
     }
 
 private:
-    struct Chunk;
-    struct Slot {
-        T obj;
-        Slot *next_free;
-    };
+    static_assert(sizeof(T) >= sizeof(void *), "pool objects hold the free link");
+    static std::atomic<T *> *link(T *obj) { return reinterpret_cast<std::atomic<T *> *>(obj); }
     struct Chunk {
         Chunk *next;
     };
@@ -73,12 +71,12 @@ private:
         c->next = chunks_list_;
         chunks_list_ = c;
         chunks_++;
-        char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(Slot) - 1) / alignof(Slot)) * alignof(Slot);
+        char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
         char *end = static_cast<char *>(mem) + kChunkBytes;
-        for (; p + sizeof(Slot) <= end; p += sizeof(Slot)) {
-            Slot *s = new (p) Slot();
-            s->next_free = free_;
-            free_ = s;
+        for (; p + sizeof(T) <= end; p += sizeof(T)) {
+            T *obj = new (p) T();
+            link(obj)->store(free_, std::memory_order_relaxed);
+            free_ = obj;
         }
         return true;
     }
@@ -93,7 +91,7 @@ private:
     }
 
     std::mutex lock_;
-    Slot *free_ = nullptr;
+    T *free_ = nullptr;
     Chunk *chunks_list_ = nullptr;
     size_t chunks_ = 0;
     size_t in_use_ = 0;

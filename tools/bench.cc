@@ -1,2 +1,421 @@
+// `vmtrack bench`: the hit and miss costs of the cache, its scaling with threads, its memory per
+// entry, and (with --compare-ucx) the same workload on UCX's rcache, all in one run.
+//
+// The device registers nothing (reg/dereg return at once), so what is measured is the cache.
+// Regions are 64 KiB, 128 KiB apart (never merged), in one untouched MAP_NORESERVE mapping.
+#include "config.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "commands.h"
-int vmtrack_cmd_bench(int, char **) { return 2; }
+#include "tracker_bench.h"
+#include "vmtrack.h"
+
+namespace {
+
+constexpr size_t kRegionBytes = 64 * 1024;
+constexpr size_t kStride = 128 * 1024;
+constexpr size_t kIdxTable = 1 << 16;  // random region numbers, cycled
+
+int null_reg(void *, void *addr, size_t, unsigned, void **handle)
+{
+    *handle = addr;
+    return 0;
+}
+void null_dereg(void *, void *) {}
+
+struct Options {
+    bool json = false;
+    bool compare_ucx = false;
+    bool quick = false;
+    std::string tracker = "none";
+};
+
+double now_ns()
+{
+    return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+long rss_bytes()
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return resident * sysconf(_SC_PAGESIZE);
+}
+
+struct Bench {
+    struct vmt_cache *cache = nullptr;
+    struct vmt_device *dev = nullptr;
+    char *base = nullptr;
+    size_t regions = 0;
+    struct vmt_device_ops ops {};
+
+    int open(const char *tracker, size_t nregions)
+    {
+        struct vmt_cache_opts o;
+        memset(&o, 0, sizeof o);
+        o.sz = sizeof o;
+        o.tracker = tracker;
+        o.max_entries = nregions + 1024;
+        o.max_bytes = (size_t)1 << 50;
+        int rc = vmt_cache_create(&o, &cache);
+        if (rc)
+            return rc;
+        ops.sz = sizeof ops;
+        ops.name = "null";
+        ops.reg = null_reg;
+        ops.dereg = null_dereg;
+        rc = vmt_device_attach(cache, &ops, this, &dev);
+        if (rc)
+            return rc;
+        regions = nregions;
+        void *p = mmap(nullptr, nregions * kStride, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return -errno;
+        base = static_cast<char *>(p);
+        return 0;
+    }
+    char *region(size_t i) const { return base + i * kStride; }
+    // Registers every region once (misses); returns ns per miss.
+    double fill()
+    {
+        double t0 = now_ns();
+        for (size_t i = 0; i < regions; i++) {
+            struct vmt_reg *r;
+            if (vmt_get(dev, region(i), kRegionBytes, VMT_ACCESS_READ, &r)) {
+                fprintf(stderr, "vmtrack bench: registering region %zu failed\n", i);
+                exit(1);
+            }
+            vmt_put(r);
+        }
+        return (now_ns() - t0) / (double)regions;
+    }
+    void close()
+    {
+        if (dev)
+            vmt_device_detach(dev);
+        if (cache)
+            vmt_cache_destroy(cache);
+        if (base)
+            munmap(base, regions * kStride);
+        dev = nullptr;
+        cache = nullptr;
+        base = nullptr;
+    }
+};
+
+// Each thread hits regions drawn from `subset` (indices into the bench's regions) at random.
+struct HitResult {
+    double ns_per_hit;    // per thread
+    double hits_per_sec;  // all threads
+};
+
+HitResult run_hits(Bench &b, const std::vector<uint32_t> &subset, size_t hits, int threads)
+{
+    std::vector<std::vector<uint32_t>> idx(threads, std::vector<uint32_t>(kIdxTable));
+    for (int t = 0; t < threads; t++) {
+        unsigned seed = 12345u + 977u * (unsigned)t;
+        for (auto &v : idx[t])
+            v = subset[(size_t)rand_r(&seed) % subset.size()];
+    }
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<double> elapsed(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++) {
+        pool.emplace_back([&, t] {
+            const uint32_t *ix = idx[t].data();
+            ready.fetch_add(1);
+            while (!go.load(std::memory_order_acquire)) {
+            }
+            double t0 = now_ns();
+            for (size_t i = 0; i < hits; i++) {
+                struct vmt_reg *r;
+                if (__builtin_expect(vmt_get(b.dev, b.region(ix[i & (kIdxTable - 1)]), kRegionBytes,
+                                             VMT_ACCESS_READ, &r), 0))
+                    abort();
+                vmt_put(r);
+            }
+            elapsed[t] = now_ns() - t0;
+        });
+    }
+    while (ready.load() < threads) {
+    }
+    double t0 = now_ns();
+    go.store(true, std::memory_order_release);
+    for (auto &th : pool)
+        th.join();
+    double wall = now_ns() - t0;
+    double sum = 0;
+    for (double e : elapsed)
+        sum += e;
+    return HitResult{sum / threads / (double)hits, (double)hits * threads / wall * 1e9};
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+std::vector<uint32_t> all_regions(size_t n)
+{
+    std::vector<uint32_t> v(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (uint32_t)i;
+    return v;
+}
+
+struct Row {
+    std::string name, value, unit, target, verdict;
+};
+
+void print_rows(const Options &opt, const std::vector<Row> &rows, const char *title)
+{
+    if (opt.json)
+        return;
+    printf("\n%s\n", title);
+    printf("  %-58s %12s %-8s %-22s %s\n", "measure", "value", "unit", "target", "");
+    for (const Row &r : rows)
+        printf("  %-58s %12s %-8s %-22s %s\n", r.name.c_str(), r.value.c_str(), r.unit.c_str(),
+               r.target.c_str(), r.verdict.c_str());
+}
+
+std::string fmt(double v, int prec = 1)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*f", prec, v);
+    return buf;
+}
+
+std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
+
+}  // namespace
+
+extern "C" int vmtrack_cmd_bench(int argc, char **argv)
+{
+    Options opt;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            opt.json = true;
+        else if (!strcmp(argv[i], "--compare-ucx"))
+            opt.compare_ucx = true;
+        else if (!strcmp(argv[i], "--quick"))
+            opt.quick = true;
+        else if (!strcmp(argv[i], "--tracker") && i + 1 < argc)
+            opt.tracker = argv[++i];
+        else {
+            fprintf(stderr, "vmtrack bench: unknown option \"%s\"\n"
+                            "usage: vmtrack bench [--json] [--compare-ucx] [--quick] [--tracker NAME]\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    const size_t hits = opt.quick ? 2000000 : 20000000;
+    const size_t big = opt.quick ? 200000 : 1000000;
+    const int reps = 3;
+    std::vector<Row> rows;
+
+    // ---- 1024 regions: one thread, two threads, alternated, medians ----
+    Bench b;
+    int rc = b.open(opt.tracker.c_str(), 1024);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: cannot create a cache with tracker %s: %s\n",
+                opt.tracker.c_str(), vmt_strerror(rc));
+        return 1;
+    }
+    const char *tracker_used = vmt_cache_tracker(b.cache);
+    double miss_ns = b.fill();
+    std::vector<uint32_t> hot = all_regions(1024);
+    run_hits(b, hot, hits / 10, 1);  // warm up
+    std::vector<double> one_ns, one_rate, two_rate, two_ns;
+    for (int r = 0; r < reps; r++) {
+        HitResult h1 = run_hits(b, hot, hits, 1);
+        HitResult h2 = run_hits(b, hot, hits, 2);
+        one_ns.push_back(h1.ns_per_hit);
+        one_rate.push_back(h1.hits_per_sec);
+        two_ns.push_back(h2.ns_per_hit);
+        two_rate.push_back(h2.hits_per_sec);
+    }
+    double hit1 = median(one_ns), rate1 = median(one_rate), rate2 = median(two_rate);
+    double scaling = rate2 / rate1;
+    struct vmt_stats st;
+    st.sz = sizeof st;
+    vmt_stats_get(b.cache, &st);
+
+    // Miss cost beyond the device: flush, then register every region again.
+    vmt_flush(b.cache);
+    double miss_again_ns = b.fill();
+    b.close();
+
+    // ---- UCX on the same workload ----
+    double ucx1 = -1, ucx_scaling = -1;
+    if (opt.compare_ucx) {
+        std::vector<double> u1, ur1, ur2;
+        for (int r = 0; r < reps; r++) {
+            struct vmtrack_ucx_bench ub;
+            memset(&ub, 0, sizeof ub);
+            ub.regions = 1024;
+            ub.region_bytes = kRegionBytes;
+            ub.hits = hits / 4;
+            ub.threads = 1;
+            if (vmtrack_bench_ucx(&ub) != 0)
+                break;
+            u1.push_back(ub.ns_per_hit);
+            ur1.push_back(ub.hits_per_sec);
+            ub.threads = 2;
+            if (vmtrack_bench_ucx(&ub) != 0)
+                break;
+            ur2.push_back(ub.hits_per_sec);
+        }
+        if (!u1.empty() && !ur2.empty()) {
+            ucx1 = median(u1);
+            ucx_scaling = median(ur2) / median(ur1);
+        }
+    }
+
+    // ---- 10^6 regions ----
+    Bench m;
+    long rss0 = rss_bytes();
+    rc = m.open(opt.tracker.c_str(), big);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: cannot create the large cache: %s\n", vmt_strerror(rc));
+        return 1;
+    }
+    double big_miss_ns = m.fill();
+    long rss1 = rss_bytes();
+    double bytes_per_entry = (double)(rss1 - rss0) / (double)big;
+    // The same working-set size as above (1024 regions), spread over the whole index...
+    std::vector<uint32_t> spread(1024);
+    for (size_t i = 0; i < 1024; i++)
+        spread[i] = (uint32_t)(i * (big / 1024));
+    run_hits(m, spread, hits / 10, 1);
+    std::vector<double> big_hot, big_all;
+    for (int r = 0; r < reps; r++) {
+        big_hot.push_back(run_hits(m, spread, hits, 1).ns_per_hit);
+        big_all.push_back(run_hits(m, all_regions(big), hits / 4, 1).ns_per_hit);
+    }
+    double hit_big_hot = median(big_hot), hit_big_all = median(big_all);
+    m.close();
+
+    // ---- hit cost with each tracker available here ----
+    struct TrackerHit {
+        std::string name;
+        double ns;
+        std::string why;
+    };
+    std::vector<TrackerHit> per_tracker;
+    for (const char *t : {"none", "hooks", "uffd", "kmod"}) {
+        Bench tb;
+        int trc = tb.open(t, 1024);
+        if (trc) {
+            per_tracker.push_back({t, -1, vmt_strerror(trc)});
+            tb.close();
+            continue;
+        }
+        tb.fill();
+        run_hits(tb, hot, hits / 10, 1);
+        std::vector<double> v;
+        for (int r = 0; r < reps; r++)
+            v.push_back(run_hits(tb, hot, hits / 2, 1).ns_per_hit);
+        per_tracker.push_back({t, median(v), ""});
+        tb.close();
+    }
+    // ---- unmapping cost per tracker ----
+    struct TrackerUnmap {
+        std::string name;
+        double added, watched;
+        int rc;
+    };
+    std::vector<TrackerUnmap> unmaps;
+    for (const char *t : {"hooks", "uffd", "kmod"}) {
+        double added = 0, watched = 0;
+        int urc = vmt_bench_tracker_unmap(t, &added, &watched);
+        unmaps.push_back({t, added, watched, urc});
+    }
+
+    // ---- report ----
+    rows.push_back({"hit (vmt_get+vmt_put), 1024 regions, 1 thread", fmt(hit1), "ns",
+                    ucx1 > 0 ? "<= UCX/4 = " + fmt(ucx1 / 4) + " ns" : "<= 10.5 (42/4) ns",
+                    verdict(hit1 <= (ucx1 > 0 ? ucx1 / 4 : 10.5))});
+    if (ucx1 > 0)
+        rows.push_back({"UCX 1.13 ucs_rcache_get+region_put, same workload", fmt(ucx1), "ns", "(baseline)", ""});
+    rows.push_back({"2 threads / 1 thread, hits per second", fmt(scaling, 2), "x", ">= 1.6x",
+                    verdict(scaling >= 1.6)});
+    if (ucx_scaling > 0)
+        rows.push_back({"UCX: 2 threads / 1 thread", fmt(ucx_scaling, 2), "x", "(baseline)", ""});
+    rows.push_back({"hit, 10^6 cached, 1024-region working set", fmt(hit_big_hot), "ns",
+                    "<= 2x 1024 = " + fmt(2 * hit1) + " ns", verdict(hit_big_hot <= 2 * hit1)});
+    rows.push_back({"hit, 10^6 cached, random over all (DRAM-bound)", fmt(hit_big_all), "ns",
+                    "(reported)", ""});
+    rows.push_back({"memory per cached entry (RSS growth / entries)", fmt(bytes_per_entry, 0), "bytes",
+                    "<= 128", verdict(bytes_per_entry <= 128)});
+    rows.push_back({"miss beyond the device's own registration", fmt(miss_again_ns, 0), "ns",
+                    "(reported)", ""});
+    rows.push_back({"miss, first fill of 1024 / of 10^6 regions",
+                    fmt(miss_ns, 0) + "/" + fmt(big_miss_ns, 0), "ns", "(reported)", ""});
+
+    if (opt.json) {
+        printf("{\"tracker\":\"%s\",\"hit_ns\":%.2f,\"scaling_2t\":%.3f,\"ucx_hit_ns\":%.2f,"
+               "\"ucx_scaling_2t\":%.3f,\"hit_1e6_hotset_ns\":%.2f,\"hit_1e6_all_ns\":%.2f,"
+               "\"bytes_per_entry\":%.1f,\"miss_ns\":%.1f,\"regions_large\":%zu,\"trackers\":[",
+               tracker_used, hit1, scaling, ucx1, ucx_scaling, hit_big_hot, hit_big_all,
+               bytes_per_entry, miss_again_ns, big);
+        bool first = true;
+        for (const auto &t : per_tracker) {
+            printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
+            first = false;
+        }
+        printf("],\"unmap\":[");
+        first = true;
+        for (const auto &u : unmaps) {
+            printf("%s{\"name\":\"%s\",\"available\":%s,\"unheld_added_ns\":%.1f,\"held_ns\":%.1f}",
+                   first ? "" : ",", u.name.c_str(), u.rc ? "false" : "true", u.added, u.watched);
+            first = false;
+        }
+        printf("]}\n");
+        return 0;
+    }
+    printf("vmtrack %s bench: tracker %s, null device, 64 KiB regions, %zu hits per run, "
+           "medians of %d runs\n", vmt_version(), tracker_used, hits, reps);
+    print_rows(opt, rows, "Cache");
+    printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
+    for (const auto &t : per_tracker) {
+        if (t.ns < 0)
+            printf("  %-8s not available here (%s)\n", t.name.c_str(), t.why.c_str());
+        else
+            printf("  %-8s %8.1f ns   (%s)\n", t.name.c_str(), t.ns,
+                   t.ns <= (ucx1 > 0 ? ucx1 / 4 : 10.5) ? "within the hit target" : "over the hit target");
+    }
+    printf("\nUnmapping cost per tracker\n  %-8s %30s %26s\n", "tracker", "mmap+munmap not cached: +ns",
+           "munmap of a cached 64K: ns");
+    for (const auto &u : unmaps) {
+        if (u.rc)
+            printf("  %-8s %30s (%s)\n", u.name.c_str(), "not available here", vmt_strerror(u.rc));
+        else
+            printf("  %-8s %30.0f %26.0f\n", u.name.c_str(), u.added, u.watched);
+    }
+    printf("\nstatistics of the 1024-region cache: %llu hits, %llu misses, %llu registrations\n",
+           (unsigned long long)st.hits, (unsigned long long)st.misses,
+           (unsigned long long)st.registrations);
+    return 0;
+}
