@@ -8,7 +8,13 @@
  *    rcache invalidates at once when it can take its page-table lock, else queues, and every
  *    ucs_rcache_get looks at that queue before looking up). With the hooks tracker the
  *    subscriber runs in the unmapping thread before the system call: the same guarantee UCX's
- *    own hooks give, from the one patcher in the process.
+ *    own hooks give, from the one patcher in the process. The module also wraps each
+ *    rcache's mem_reg: before UCX registers a range it does a vmt_get on a private hooks cache,
+ *    which waits while an unmap of that range is in flight, so no thread can register the old
+ *    pages between the event (sent before the system call) and the unmap itself - a window
+ *    UCX's own hooks leave open. At each rcache creation ucm_test_external_events() checks that
+ *    the events still arrive (another patcher, e.g. Open MPI's, may have replaced vmtrack's
+ *    hooks); if not, the rcache is refused and UCX registers without caching.
  *
  * 2. Watched regions (kmod, uffd). These trackers only report ranges they watch, and the kmod
  *    tracker reports asynchronously (the kernel bumps a generation word; vmtrack's own cache
@@ -56,8 +62,10 @@
 /* ---- state --------------------------------------------------------------------------- */
 struct wrap {                       /* one per ucs_rcache created while in WATCH mode */
     ucs_rcache_t *rcache;
-    struct vmt_cache *wc;           /* private watch cache: only this rcache's ranges */
-    struct vmt_device *wd;          /* its do-nothing device */
+    struct vmt_cache *wc;           /* WATCH: private watch cache, only this rcache's ranges;
+                                     * SYNC: the module's hooks cache (g.scache) */
+    int owns_wc;
+    struct vmt_device *wd;          /* a do-nothing device on wc */
     _Atomic unsigned gen;           /* fork generation wd was attached in */
     const ucs_rcache_ops_t *orig_ops;
     void *orig_ctx;
@@ -80,6 +88,7 @@ static struct {
     char tracker[16];
     int loglevel;                   /* 0 error, 1 warn, 2 info, 3 debug */
     struct vmt_cache *shared;
+    struct vmt_cache *scache;       /* SYNC: where mem_reg waits for unmaps in flight */
     _Atomic unsigned gen;           /* bumped in the child after fork() */
     _Atomic(struct wrap *) wraps[MAX_WRAPS];
     _Atomic int nwraps;             /* high-water mark of wraps[] */
@@ -265,6 +274,22 @@ static int init_locked(void)
     }
     tracker = vmt_cache_tracker(g.shared);
     if (!strcmp(tracker, "hooks")) {
+        /* A private hooks cache (no subscriber: the shared cache already reports every unmap):
+         * a vmt_get on it waits while an unmap of the range is in flight, which closes the
+         * window between the event (before the system call) and the unmap itself. */
+        struct vmt_cache_opts o;
+        memset(&o, 0, sizeof(o));
+        o.sz = sizeof(o);
+        o.tracker = "hooks";
+        o.max_entries = (size_t)1 << 16;
+        o.max_bytes = SIZE_MAX / 4;
+        ret = vmt_cache_create(&o, &g.scache);
+        if (ret < 0) {
+            set_off("cannot create the module's hooks cache (%s): UCX keeps its own hooks",
+                    vmt_strerror(ret));
+            vlog(0, "%s", g.why);
+            return ret;
+        }
         atomic_store(&g.mode, VMT_UCX_SYNC);
     } else if (!strcmp(tracker, "kmod") || !strcmp(tracker, "uffd")) {
         atomic_store(&g.mode, VMT_UCX_WATCH);
@@ -394,13 +419,19 @@ static ucs_status_t w_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
                  (unsigned long)region->super.start, len);
         return UCS_ERR_IO_ERROR;
     }
-    /* Watch first, then register: a change after this point is reported. */
+    /* Watch first, then register: a change after this point is reported. (SYNC: this
+     * waits while an unmap of the range is in flight, then needs nothing more.) */
     ret = vmt_get(dev, (void *)region->super.start, len, VMT_ACCESS_READ, &watch);
     if (ret < 0) {
         if (!(flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS))
             vlog(1, "cannot watch %#lx+%zu: %s", (unsigned long)region->super.start, len,
                  vmt_strerror(ret));
         return errno_to_status(ret);
+    }
+    if (!w->owns_wc) {
+        vmt_put(watch);
+        t->watch = NULL;
+        return w->orig_ops->mem_reg(w->orig_ctx, rcache, arg, region, flags);
     }
     st = w->orig_ops->mem_reg(w->orig_ctx, rcache, arg, region, flags);
     if (st != UCS_OK) {
@@ -438,12 +469,14 @@ static void w_dump_region(void *context, ucs_rcache_t *rcache, ucs_rcache_region
 
 static void wrap_free(struct wrap *w)
 {
-    vmt_unsubscribe(w->wc, on_event, NULL);
+    if (w->owns_wc)
+        vmt_unsubscribe(w->wc, on_event, NULL);
     /* in a child of fork() the cache belongs to the parent's state: leave it */
     if (atomic_load(&w->gen) == atomic_load(&g.gen)) {
         if (w->wd)
             vmt_device_detach(w->wd);
-        vmt_cache_destroy(w->wc);
+        if (w->owns_wc)
+            vmt_cache_destroy(w->wc);
     }
     free(w);
 }
@@ -460,16 +493,38 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     vmt_ucx_init();
     if (!real_create)
         return UCS_ERR_UNSUPPORTED;
-    if (atomic_load(&g.mode) != VMT_UCX_WATCH || !params || !params->ops ||
+    if (atomic_load(&g.mode) == VMT_UCX_OFF || !params || !params->ops ||
         !(params->ucm_events & UCM_EVENT_VM_UNMAPPED))
         return real_create(params, name, stats_parent, rcache_p);
 
     w = calloc(1, sizeof(*w));
     if (!w)
         return UCS_ERR_NO_MEMORY;
-    {
+    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
+        /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher
+         * does, in MPI_Init, unless --mca memory ^patcher): then this rcache would never hear
+         * of an unmap. ucm's own check fires real mmap/munmap/mremap/shm calls in this thread
+         * and sees whether the events arrive. Without them, refuse: UCX then registers without
+         * a cache (slow but never stale). */
+        ucs_status_t t = ucm_test_external_events(UCM_EVENT_VM_UNMAPPED);
+        if (t != UCS_OK) {
+            vlog(0, "unmap events do not reach UCX (%s): another patcher replaced vmtrack's "
+                    "hooks (in Open MPI: --mca memory ^patcher); refusing registration cache "
+                    "\"%s\", UCX will register without caching", ucs_status_string(t),
+                 name ? name : "?");
+            free(w);
+            return UCS_ERR_UNSUPPORTED;
+        }
+        w->wc = g.scache;
+        if (attach_watch_device(w) < 0) {
+            free(w);
+            return UCS_ERR_NO_MEMORY;
+        }
+        atomic_store(&w->gen, atomic_load(&g.gen));
+    } else {
         struct vmt_cache_opts o;
         int ret;
+        w->owns_wc = 1;
         memset(&o, 0, sizeof(o));
         o.sz = sizeof(o);
         o.tracker = g.tracker;
