@@ -4,9 +4,12 @@
  * region is registered once before timing). Workloads:
  *   random: 1024 regions of 64 KiB (4 KiB apart, never merged), register+deregister pairs on
  *           regions picked at random;
- *   repeat: register+deregister pairs on the same region.
+ *   repeat: register+deregister pairs on the same region (the lowest-addressed one, and the
+ *           middle one: grdma's lookup cost depends on where the region sits in its tree).
  * Also vmtrack's own C API on the same regions (vmt_get/vmt_put), to show the adapter's share.
- * Prints ns per pair. One run; no pass/fail. Usage: ompi_bench [pairs] */
+ * Prints ns per pair. One run; no pass/fail.
+ * Usage: ompi_bench [pairs [whole]]  (whole: each pair registers its whole region instead of
+ * 4 KiB at offset 128) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +75,12 @@ static double now_ns(void)
 }
 
 static unsigned char *base;
+static size_t off = 128, span = 4096;   /* what each timed pair registers inside its region */
 static uint32_t *order;
 static long pairs;
+
+/* random_order: 1 random regions; 0 region `fixed` every time */
+static uint32_t fixed;
 
 static int run_rcache(mca_rcache_base_module_t *m, int random_order, double *ns)
 {
@@ -87,8 +94,8 @@ static int run_rcache(mca_rcache_base_module_t *m, int random_order, double *ns)
     unsigned long before = btl_regs;
     double t0 = now_ns();
     for (long k = 0; k < pairs; k++) {
-        uint32_t i = random_order ? order[k & (NREG * 64 - 1)] : 0;
-        if (OPAL_SUCCESS != m->rcache_register(m, base + (size_t) i * STRIDE + 128, 4096, 0,
+        uint32_t i = random_order ? order[k & (NREG * 64 - 1)] : fixed;
+        if (OPAL_SUCCESS != m->rcache_register(m, base + (size_t) i * STRIDE + off, span, 0,
                                                MCA_RCACHE_ACCESS_LOCAL_WRITE, &r))
             return -1;
         m->rcache_deregister(m, r);
@@ -110,8 +117,8 @@ static int run_vmt(struct vmt_device *dev, int random_order, double *ns)
     }
     double t0 = now_ns();
     for (long k = 0; k < pairs; k++) {
-        uint32_t i = random_order ? order[k & (NREG * 64 - 1)] : 0;
-        if (vmt_get(dev, base + (size_t) i * STRIDE + 128, 4096, VMT_ACCESS_READ | VMT_ACCESS_WRITE,
+        uint32_t i = random_order ? order[k & (NREG * 64 - 1)] : fixed;
+        if (vmt_get(dev, base + (size_t) i * STRIDE + off, span, VMT_ACCESS_READ | VMT_ACCESS_WRITE,
                     &r) < 0)
             return -1;
         vmt_put(r);
@@ -137,6 +144,10 @@ int main(int argc, char **argv)
     pairs = argc > 1 ? atol(argv[1]) : 2000000;
     if (pairs <= 0)
         pairs = 2000000;
+    if (argc > 2 && 0 == strcmp(argv[2], "whole")) {   /* register whole regions */
+        off = 0;
+        span = REGION;
+    }
     if (0 != vmt_ompi_test_mpi_init(&argc, &argv))
         return 99;
     base = mmap(NULL, (size_t) NREG * STRIDE, PROT_READ | PROT_WRITE,
@@ -152,9 +163,10 @@ int main(int argc, char **argv)
         order[k] = (uint32_t) (x % NREG);
     }
 
-    mca_rcache_base_module_t *g = make("grdma"), *v = make("vmtrack");
-    if (!g || !v) {
-        fprintf(stderr, "module creation failed (grdma %p, vmtrack %p)\n", (void *) g, (void *) v);
+    mca_rcache_base_module_t *gm = make("grdma"), *vm = make("vmtrack");
+    if (!gm || !vm) {
+        fprintf(stderr, "module creation failed (grdma %p, vmtrack %p)\n", (void *) gm,
+                (void *) vm);
         return 99;
     }
     struct vmt_device_ops ops = {.sz = sizeof(ops), .name = "bench-raw", .reg = v_reg,
@@ -163,24 +175,30 @@ int main(int argc, char **argv)
     if (vmt_device_attach(vmt_shared(), &ops, &ops, &dev) < 0)
         return 99;
 
-    double gr = 0, gs = 0, vr = 0, vs = 0, rr = 0, rs = 0;
-    int rc = run_rcache(g, 1, &gr) | run_rcache(g, 0, &gs) | run_rcache(v, 1, &vr) |
-             run_rcache(v, 0, &vs) | run_vmt(dev, 1, &rr) | run_vmt(dev, 0, &rs);
+    /* [0] random, [1] the lowest region every time, [2] the middle region every time */
+    double g[3], v[3], r[3];
+    int rc = 0;
+    for (int w = 0; w < 3; w++) {
+        fixed = 1 == w ? 0 : NREG / 2;
+        rc |= run_rcache(gm, 0 == w, &g[w]) | run_rcache(vm, 0 == w, &v[w]) |
+              run_vmt(dev, 0 == w, &r[w]);
+    }
     if (rc) {
         fprintf(stderr, "a registration failed\n");
         return 1;
     }
     printf("Open MPI rcache hit cost, ns per register+deregister pair (%ld pairs, %d regions of "
-           "%d KiB; vmtrack tracker: %s)\n", pairs, NREG, REGION / 1024,
-           vmt_cache_tracker(vmt_shared()));
-    printf("%-34s %12s %12s\n", "", "random", "same region");
-    printf("%-34s %12.1f %12.1f\n", "grdma (framework)", gr, gs);
-    printf("%-34s %12.1f %12.1f\n", "vmtrack (framework)", vr, vs);
-    printf("%-34s %12.1f %12.1f\n", "vmtrack C API (vmt_get/vmt_put)", rr, rs);
-    printf("%-34s %12.2fx %11.2fx\n", "grdma / vmtrack (framework)", gr / vr, gs / vs);
+           "%d KiB, each pair %zu bytes at offset %zu; vmtrack tracker: %s)\n", pairs, NREG,
+           REGION / 1024, span, off, vmt_cache_tracker(vmt_shared()));
+    printf("%-34s %10s %14s %14s\n", "", "random", "same, lowest", "same, middle");
+    printf("%-34s %10.1f %14.1f %14.1f\n", "grdma (framework)", g[0], g[1], g[2]);
+    printf("%-34s %10.1f %14.1f %14.1f\n", "vmtrack (framework)", v[0], v[1], v[2]);
+    printf("%-34s %10.1f %14.1f %14.1f\n", "vmtrack C API (vmt_get/vmt_put)", r[0], r[1], r[2]);
+    printf("%-34s %9.2fx %13.2fx %13.2fx\n", "grdma / vmtrack (framework)", g[0] / v[0],
+           g[1] / v[1], g[2] / v[2]);
     vmt_device_detach(dev);
-    mca_rcache_base_module_destroy(v);
-    mca_rcache_base_module_destroy(g);
+    mca_rcache_base_module_destroy(vm);
+    mca_rcache_base_module_destroy(gm);
     MPI_Finalize();
     return 0;
 }
