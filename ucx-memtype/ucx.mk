@@ -15,3 +15,4 @@ endif
 EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
 
 include test/ucx/ucx-tests.mk
+EXTRA_DIST += doc/ucx.md

@@ -559,6 +559,15 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     p.ops = &w->ops;
     p.context = w;
     p.region_struct_size = w->tail_off + sizeof(struct region_tail);
+    if (w->owns_wc) {
+        /* vmtrack watches whole pages. UCX's ib md aligns regions to 16 bytes, so two of its
+         * regions may share a page; their watches would then overlap and, in a cache that
+         * does not merge, drop each other on every registration. Page-aligned regions never
+         * share a page (UCX merges overlapping ones), and ibv_reg_mr pins whole pages anyway. */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (p.alignment < page && p.max_alignment >= page)
+            p.alignment = page;
+    }
 
     pthread_mutex_lock(&g.lock);
     for (int i = 0; i < MAX_WRAPS; i++) {

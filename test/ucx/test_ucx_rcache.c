@@ -203,6 +203,60 @@ START_TEST(test_unmapped)
 }
 END_TEST
 
+/* Watch mode, two regions that share a page (UCX's ib md aligns to 16 bytes): hitting them in
+ * turn must stay hits, not re-register one another's range every time. */
+START_TEST(test_shared_page)
+{
+    char tracker[32], why[256];
+    if (ucx_module_state(tracker, sizeof(tracker), why, sizeof(why)) != 2) {
+        printf("  shared page: not applicable (%s)\n", tracker);
+        return;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    ucs_rcache_params_t p;
+    ucs_rcache_t *rc;
+    memset(&p, 0, sizeof(p));
+    p.region_struct_size = sizeof(ucs_rcache_region_t);
+    p.alignment = 16;
+    p.max_alignment = page;
+    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
+    p.ucm_event_priority = 1000;
+    p.ops = &null_ops;
+    p.max_regions = ULONG_MAX;
+    p.max_size = SIZE_MAX;
+    p.max_unreleased = SIZE_MAX;
+    ck_assert_int_eq(ucs_rcache_create(&p, "shared-page", NULL, &rc), UCS_OK);
+    char *b = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(b, MAP_FAILED);
+    struct { size_t sz; uint64_t events, event_bytes, rcaches, watches, stale; } a = {.sz = sizeof(a)},
+        z = {.sz = sizeof(a)};
+    int (*stats)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+    ck_assert_ptr_nonnull(stats);
+    ucs_rcache_region_t *r;
+    for (int i = 0; i < 2; i++) {   /* register both once */
+        ck_assert_int_eq(ucs_rcache_get(rc, b + 256, page, PROT_READ, NULL, &r), UCS_OK);
+        ucs_rcache_region_put(rc, r);
+        ck_assert_int_eq(ucs_rcache_get(rc, b + page + 512, page, PROT_READ, NULL, &r), UCS_OK);
+        ucs_rcache_region_put(rc, r);
+    }
+    stats(&a);
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(ucs_rcache_get(rc, b + 256, page, PROT_READ, NULL, &r), UCS_OK);
+        ucs_rcache_region_put(rc, r);
+        ck_assert_int_eq(ucs_rcache_get(rc, b + page + 512, page, PROT_READ, NULL, &r), UCS_OK);
+        ucs_rcache_region_put(rc, r);
+    }
+    stats(&z);
+    ucs_rcache_destroy(rc);
+    munmap(b, 4 * page);
+    printf("  shared page: %lu watches, %lu stale in 2000 hits\n",
+           (unsigned long)(z.watches - a.watches), (unsigned long)(z.stale - a.stale));
+    ck_assert_msg(z.watches - a.watches == 0 && z.stale - a.stale == 0,
+                  "regions sharing a page re-registered %lu times in 2000 hits",
+                  (unsigned long)(z.watches - a.watches));
+}
+END_TEST
+
 /* ns per munmap of 64 KiB that was (registered=1) or was not registered in an rcache: the
  * best of 7 batches, so that other load on the machine disturbs it less */
 static double munmap_batch(ucs_rcache_t *rc, int registered, int n);
@@ -297,6 +351,7 @@ static int run_config(const char *variant)
     tcase_add_loop_test(tc, test_scenario, 0, (int)scn_scenario_count);
     tcase_add_test(tc, test_external_events);
     tcase_add_test(tc, test_unmapped);
+    tcase_add_test(tc, test_shared_page);
     tcase_add_test(tc, test_stress);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
