@@ -39,6 +39,8 @@ const struct scn_scenario *scn_find(const char *name)
     for (size_t i = 0; i < scn_scenario_count; i++)
         if (strcmp(scn_scenarios[i].name, name) == 0)
             return &scn_scenarios[i];
+    if (strcmp(name, scn_stress_scenario.name) == 0)
+        return &scn_stress_scenario;
     return NULL;
 }
 

@@ -137,6 +137,12 @@ struct scn_stress_result {
 int scn_stress(const struct scn_provider *p, const char *variant,
                const struct scn_stress_opts *opts, struct scn_stress_result *res);
 
+/* The stress as a scenario for scn_run (not in scn_scenarios[]): caught when every write was
+ * right, STALE when one found old bytes, ERROR for anything else; it runs for
+ * scn_stress_scenario_ms (default 2000). */
+extern const struct scn_scenario scn_stress_scenario;
+extern unsigned scn_stress_scenario_ms;
+
 #ifdef __cplusplus
 }
 #endif

@@ -342,3 +342,37 @@ out_ring:
     free(s);
     return ret;
 }
+
+unsigned scn_stress_scenario_ms = 2000;
+
+static enum scn_result stress_run(const struct scn_provider *p, const char *variant,
+                                  struct scn_outcome *out)
+{
+    struct scn_stress_opts o;
+    memset(&o, 0, sizeof(o));
+    o.duration_ms = scn_stress_scenario_ms;
+    o.min_writes = 100;
+    o.max_ms = 10 * scn_stress_scenario_ms;
+    struct scn_stress_result r;
+    int ret = scn_stress(p, variant, &o, &r);
+    if (ret == -ENOTSUP || ret == -ENODEV) {
+        snprintf(out->detail, sizeof(out->detail), "%s", r.detail);
+        return SCN_UNAVAILABLE;
+    }
+    if (ret < 0) {
+        snprintf(out->detail, sizeof(out->detail), "%s (%.180s)", strerror(-ret), r.detail);
+        return SCN_ERROR;
+    }
+    snprintf(out->detail, sizeof(out->detail), "%lu writes, %lu changes, %lu stale, %lu wrong%s%.150s",
+             r.writes, r.mutations, r.stale, r.errors, r.detail[0] ? ": " : "", r.detail);
+    if (r.stale)
+        return SCN_STALE;
+    if (r.errors || r.writes == 0)
+        return SCN_ERROR;
+    return SCN_CAUGHT;
+}
+
+const struct scn_scenario scn_stress_scenario = {
+    "stress", "threads get/write/check while others unmap, remap, free and malloc the buffers",
+    stress_run,
+};
