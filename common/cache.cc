@@ -1192,6 +1192,8 @@ void Cache::stats(struct vmt_stats *s)
     v.upgrades = upgrades_.load();
     v.retries = retries_.load();
     v.deferred = deferred_.load();
+    v.max_entries = max_entries_;
+    v.max_bytes = max_bytes_;
     size_t n = s->sz < sizeof v ? s->sz : sizeof v;
     size_t caller_sz = s->sz;
     memcpy(s, &v, n);

@@ -111,6 +111,8 @@ struct vmt_stats {
     uint64_t upgrades;        /* re-registrations for more access rights */
     uint64_t retries;         /* evict-and-retry after a device said -ENOMEM/-ENOSPC */
     uint64_t deferred;        /* deregistrations deferred to the last vmt_put */
+    uint64_t max_entries;     /* the cache's limits in force */
+    uint64_t max_bytes;
 };
 int vmt_stats_get(struct vmt_cache *cache, struct vmt_stats *stats);
 

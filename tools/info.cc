@@ -1,2 +1,167 @@
+// `vmtrack info`: what vmtrack would do in a process started like this one, and why.
+#include "config.h"
+
+#include <infiniband/verbs.h>
+#include <liburing.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "commands.h"
-int vmtrack_cmd_info(int, char **) { return 2; }
+#include "vmtrack.h"
+
+namespace {
+
+struct Line {
+    std::string key, value;
+};
+
+std::string json_escape(const std::string &s)
+{
+    std::string out;
+    for (char c : s) {
+        if (c == '"' || c == '\\')
+            out += '\\', out += c;
+        else if (c == '\n')
+            out += "\\n";
+        else if ((unsigned char)c < 0x20)
+            out += ' ';
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string probe_iouring()
+{
+    struct io_uring ring;
+    int rc = io_uring_queue_init(4, &ring, 0);
+    if (rc < 0)
+        return std::string("unavailable: io_uring_queue_init: ") + strerror(-rc);
+    rc = io_uring_register_buffers_sparse(&ring, 16384);
+    io_uring_queue_exit(&ring);
+    if (rc < 0)
+        return std::string("unavailable: sparse fixed-buffer table: ") + strerror(-rc);
+    return "usable (16384 fixed-buffer slots, 1 GiB per buffer)";
+}
+
+std::string probe_verbs()
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list)
+        return std::string("unavailable: ") + strerror(errno);
+    std::string names;
+    for (int i = 0; i < n; i++)
+        names += std::string(i ? ", " : "") + ibv_get_device_name(list[i]);
+    ibv_free_device_list(list);
+    if (n == 0)
+        return "no RDMA device on this machine";
+    return "usable: " + names;
+}
+
+std::string probe_kmod()
+{
+    if (access("/dev/vmtrack", F_OK) != 0)
+        return "/dev/vmtrack absent (module not loaded)";
+    if (access("/dev/vmtrack", R_OK) != 0)
+        return "/dev/vmtrack present but not readable by this user";
+    return "/dev/vmtrack present";
+}
+
+std::string memlock()
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+        return "unknown";
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return "unlimited";
+    char buf[64];
+    snprintf(buf, sizeof buf, "%llu bytes%s", (unsigned long long)rl.rlim_cur,
+             geteuid() == 0 ? " (not applied: root pins without it)" : "");
+    return buf;
+}
+
+}  // namespace
+
+extern "C" int vmtrack_cmd_info(int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else {
+            fprintf(stderr, "vmtrack info: unknown option \"%s\"\nusage: vmtrack info [--json]\n", argv[i]);
+            return 2;
+        }
+    }
+    std::vector<Line> lines;
+    lines.push_back({"version", vmt_version()});
+    struct vmt_cache *cache = vmt_shared();
+    if (!cache) {
+        int err = errno;
+        lines.push_back({"shared cache", std::string("cannot be created: ") + strerror(err) +
+                                             " (see the message above)"});
+    } else {
+        char report[8192];
+        vmt_cache_tracker_report(cache, report, sizeof report);
+        lines.push_back({"tracker", vmt_cache_tracker(cache)});
+        std::string caching = strcmp(vmt_cache_tracker(cache), "pass") == 0
+                                  ? "OFF: no tracker is available, every vmt_get registers and "
+                                    "every last vmt_put deregisters (safe, slow)"
+                                  : strcmp(vmt_cache_tracker(cache), "none") == 0
+                                        ? "on, invalidated only by vmt_invalidate() (manual)"
+                                        : "on, invalidated by the tracker";
+        lines.push_back({"caching", caching});
+        lines.push_back({"trackers", report});
+        struct vmt_stats st;
+        memset(&st, 0, sizeof st);
+        st.sz = sizeof st;
+        if (vmt_stats_get(cache, &st) == 0) {
+            lines.push_back({"max entries", std::to_string(st.max_entries)});
+            lines.push_back({"max bytes", std::to_string(st.max_bytes)});
+        }
+    }
+    lines.push_back({"RLIMIT_MEMLOCK", memlock()});
+    lines.push_back({"device io_uring", probe_iouring()});
+    lines.push_back({"device verbs", probe_verbs()});
+    lines.push_back({"kernel module", probe_kmod()});
+    std::string env;
+    for (const char *name : {"VMTRACK_TRACKER", "VMTRACK_MAX_ENTRIES", "VMTRACK_MAX_BYTES",
+                             "VMTRACK_MERGE", "VMTRACK_STATS", "VMTRACK_LOG"}) {
+        const char *v = getenv(name);
+        env += std::string(name) + "=" + (v ? v : "(unset)") + "\n";
+    }
+    lines.push_back({"environment", env});
+
+    if (json) {
+        printf("{");
+        for (size_t i = 0; i < lines.size(); i++)
+            printf("%s\"%s\":\"%s\"", i ? "," : "", json_escape(lines[i].key).c_str(),
+                   json_escape(lines[i].value).c_str());
+        printf("}\n");
+    } else {
+        for (const Line &l : lines) {
+            if (l.value.find('\n') == std::string::npos) {
+                printf("%-16s %s\n", (l.key + ":").c_str(), l.value.c_str());
+                continue;
+            }
+            printf("%s:\n", l.key.c_str());
+            size_t pos = 0;
+            while (pos < l.value.size()) {
+                size_t nl = l.value.find('\n', pos);
+                if (nl == std::string::npos)
+                    nl = l.value.size();
+                printf("  %s\n", l.value.substr(pos, nl - pos).c_str());
+                pos = nl + 1;
+            }
+        }
+    }
+    return cache ? 0 : 1;
+}
