@@ -1101,7 +1101,9 @@ void Cache::pause_hits() noexcept
 {
     lock_.lock();
     t_paused = this;
-    write_begin();
+    write_begin();  // stops hits through the tree
+    // ...and through the memo: the event being read may be for a range a memo slot holds.
+    epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 void Cache::resume_hits() noexcept
