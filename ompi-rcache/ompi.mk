@@ -17,7 +17,8 @@ mca_rcache_vmtrack_la_SOURCES = \
 	ompi-rcache/rcache_vmtrack_component.c \
 	ompi-rcache/rcache_vmtrack_module.c
 mca_rcache_vmtrack_la_CPPFLAGS = $(AM_CPPFLAGS) $(OMPI_INTERNAL_CPPFLAGS)
-mca_rcache_vmtrack_la_LDFLAGS = -module -avoid-version -shared $(OMPI_RPATH)
+# rpath: find libvmtrack wherever it was installed, and Open MPI's libopen-pal.
+mca_rcache_vmtrack_la_LDFLAGS = -module -avoid-version -shared $(OMPI_RPATH) -Wl,-rpath,$(libdir)
 mca_rcache_vmtrack_la_LIBADD = libvmtrack.la $(OMPI_PAL_LIBS)
 
 include test/ompi/ompi_tests.mk
