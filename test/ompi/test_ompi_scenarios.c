@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -112,6 +114,53 @@ START_TEST(t_scenarios)
 }
 END_TEST
 
+static int stress(const struct scn_provider *p, const char *variant,
+                  struct scn_stress_result *r)
+{
+    struct scn_stress_opts o;
+    memset(&o, 0, sizeof(o));
+    const char *ms = getenv("SCN_STRESS_MS");
+    o.duration_ms = ms ? (unsigned) atoi(ms) : 2000;
+    o.min_writes = 100;
+    o.max_ms = 60000;
+    memset(r, 0, sizeof(*r));
+    int ret = scn_stress(p, variant, &o, r);
+    printf("%-14s %lu writes checked, %lu address-space changes, %lu stale, %lu wrong%s%s\n",
+           p->name, r->writes, r->mutations, r->stale, r->errors, r->detail[0] ? ": " : "",
+           r->detail);
+    fflush(stdout);
+    return ret;
+}
+
+/* Worker threads register/deregister through the module while mutator threads unmap, remap,
+ * free and malloc the same buffers (every change goes through libc, so Open MPI's hooks and
+ * kmod both see it): no stale and no wrong write through vmtrack. grdma's figures are printed
+ * for comparison (in a child of its own: grdma _exits when memory it holds is freed). */
+START_TEST(t_stress)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (0 == pid) {
+        struct scn_stress_result r;
+        _exit(stress(&scn_provider_ompi_grdma, NULL, &r) < 0 ? 2 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || 0 != WEXITSTATUS(st))
+        printf("ompi-grdma     stress ended with %s %d\n",
+               WIFEXITED(st) ? "status" : "signal",
+               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+
+    struct scn_stress_result r;
+    int ret = stress(&scn_provider_ompi_vmtrack, NULL, &r);
+    ck_assert_msg(0 == ret, "stress: %s (%s)", strerror(-ret), r.detail);
+    ck_assert_uint_gt(r.writes, 0);
+    ck_assert_uint_gt(r.mutations, 0);
+    ck_assert_msg(0 == r.stale && 0 == r.errors, "vmtrack: %lu stale, %lu wrong: %s", r.stale,
+                  r.errors, r.detail);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (0 != vmt_ompi_test_mpi_init(&argc, &argv))
@@ -120,6 +169,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("framework");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, t_scenarios);
+    tcase_add_test(tc, t_stress);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
