@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,133 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ---- the data path: RDMA WRITE between two RC QPs of this process (loopback) ------------- */
+static int qp_to_rts(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid *gid,
+                     int gid_index, enum ibv_mtu mtu)
+{
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                  IBV_QP_ACCESS_FLAGS))
+        return -1;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = mtu;
+    a.dest_qp_num = remote_qpn;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = *gid;
+    a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+    a.ah_attr.grh.hop_limit = 1;
+    a.ah_attr.port_num = 1;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                                  IBV_QP_MIN_RNR_TIMER))
+        return -2;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+        return -3;
+    return 0;
+}
+
+START_TEST(test_rdma_write_through_cache)
+{
+    struct ibv_port_attr port;
+    ck_assert_int_eq(ibv_query_port(g_ctx, 1, &port), 0);
+    union ibv_gid gid;
+    int gid_index = 0;
+    ck_assert_int_eq(ibv_query_gid(g_ctx, 1, gid_index, &gid), 0);
+    struct ibv_cq *cq = ibv_create_cq(g_ctx, 16, NULL, NULL, 0);
+    ck_assert_ptr_nonnull(cq);
+    struct ibv_qp_init_attr qa;
+    memset(&qa, 0, sizeof(qa));
+    qa.send_cq = cq;
+    qa.recv_cq = cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = 4;
+    qa.cap.max_recv_wr = 4;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    struct ibv_qp *q1 = ibv_create_qp(g_pd, &qa);
+    struct ibv_qp *q2 = ibv_create_qp(g_pd, &qa);
+    ck_assert_ptr_nonnull(q1);
+    ck_assert_ptr_nonnull(q2);
+    enum ibv_mtu mtu = port.active_mtu ? port.active_mtu : IBV_MTU_1024;
+    ck_assert_int_eq(qp_to_rts(q1, q2->qp_num, &gid, gid_index, mtu), 0);
+    ck_assert_int_eq(qp_to_rts(q2, q1->qp_num, &gid, gid_index, mtu), 0);
+
+    struct vmt_cache *c = make_cache();
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &dev), 0);
+    size_t len = 64 * 1024;
+    /* Two buffers with a hole between them, so that the cache keeps two registrations. */
+    unsigned char *src = mmap(NULL, 3 * len, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(src, MAP_FAILED);
+    unsigned char *dst = src + 2 * len;
+    munmap(src + len, len);
+    struct vmt_stats s;
+    uint64_t regs_after_first = 0;
+    for (int round = 0; round < 2; round++) {  /* the second round registers nothing new */
+        for (size_t i = 0; i < len; i++)
+            src[i] = (unsigned char)(i * 7 + round * 3 + 1);
+        memset(dst, 0, len);
+        struct vmt_reg *rs, *rd;
+        ck_assert_int_eq(vmt_get(dev, src, len, VMT_ACCESS_READ, &rs), 0);
+        ck_assert_int_eq(vmt_get(dev, dst, len, VMT_ACCESS_REMOTE_WRITE, &rd), 0);
+        struct ibv_sge sge = {(uintptr_t)src, (uint32_t)len, vmt_verbs_mr(rs)->lkey};
+        struct ibv_send_wr wr, *bad = NULL;
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = 1;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = (uintptr_t)dst;
+        wr.wr.rdma.rkey = vmt_verbs_mr(rd)->rkey;
+        ck_assert_int_eq(ibv_post_send(q1, &wr, &bad), 0);
+        struct ibv_wc wc;
+        int n = 0;
+        for (long spin = 0; n == 0 && spin < 200000000L; spin++)
+            n = ibv_poll_cq(cq, 1, &wc);
+        ck_assert_int_eq(n, 1);
+        ck_assert_msg(wc.status == IBV_WC_SUCCESS, "RDMA WRITE: %s", ibv_wc_status_str(wc.status));
+        ck_assert_msg(memcmp(src, dst, len) == 0, "RDMA WRITE through cached MRs: wrong bytes");
+        vmt_put(rs);
+        vmt_put(rd);
+        memset(&s, 0, sizeof(s));
+        s.sz = sizeof(s);
+        ck_assert_int_eq(vmt_stats_get(c, &s), 0);
+        if (round == 0)
+            regs_after_first = s.registrations;
+    }
+    ck_assert_uint_eq(s.registrations, regs_after_first);
+    ck_assert_uint_ge(s.hits, 1);
+    printf("RDMA WRITE of %zu bytes through cached MRs: ok (%llu registrations, %llu hits)\n",
+           len, (unsigned long long)s.registrations, (unsigned long long)s.hits);
+    vmt_device_detach(dev);
+    vmt_cache_destroy(c);
+    ibv_destroy_qp(q1);
+    ibv_destroy_qp(q2);
+    ibv_destroy_cq(cq);
+    munmap(src, len);
+    munmap(dst, len);
+}
+END_TEST
+
 int main(void)
 {
     int n = 0;
@@ -130,6 +258,8 @@ int main(void)
     tcase_add_test(tc, test_reg_hit_access);
     tcase_add_test(tc, test_same_pd_same_device);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_rdma_write_through_cache);
+    tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* The device context and PD are opened once, here: no fork between them and the tests. */
