@@ -1,6 +1,7 @@
 // Entry patching for the hooks tracker; see hooks_patch.h for the method and why.
 #include "hooks_patch.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -133,18 +134,58 @@ uint8_t *tramp_slot(void *hook)
     return slot;
 }
 
-uint64_t *qword_of(uint8_t *entry)
+uint64_t *qword_of(const uint8_t *entry)
 {
     return (uint64_t *)((uintptr_t)entry & ~(uintptr_t)7);
+}
+
+// Every access to code (libc's entries, and what a foreign jump points at) goes through these
+// inline-asm accessors: sanitizers (TSan) would otherwise record the accesses in shadow memory
+// they do not keep for code, and crash. Stores are xchg / lock cmpxchg: atomic, fully ordered.
+inline uint64_t code_load(const uint64_t *q)
+{
+    uint64_t v;
+    asm volatile("movq (%1), %0" : "=r"(v) : "r"(q) : "memory");
+    return v;
+}
+
+inline void code_store(uint64_t *q, uint64_t v)
+{
+    asm volatile("xchgq %0, (%1)" : "+r"(v) : "r"(q) : "memory");
+}
+
+inline bool code_cas(uint64_t *q, uint64_t expect, uint64_t v)
+{
+    bool ok;
+    asm volatile("lock cmpxchgq %3, (%1)\n\tsete %0"
+                 : "=q"(ok), "+r"(q), "+a"(expect)
+                 : "r"(v)
+                 : "memory", "cc");
+    return ok;
+}
+
+// Copy n bytes of code at src (any alignment) into dst, qword by qword.
+void code_read(const uint8_t *src, uint8_t *dst, size_t n)
+{
+    const uint64_t *q = qword_of(src);
+    size_t skip = (size_t)(src - (const uint8_t *)q);
+    size_t done = 0;
+    for (; done < n; q++) {
+        uint64_t v = code_load(q);
+        size_t take = std::min(n - done, 8 - skip);
+        memcpy(dst + done, (uint8_t *)&v + skip, take);
+        done += take;
+        skip = 0;
+    }
 }
 
 // Replace the bytes [entry, entry+len) inside the aligned qword with `bytes`: one atomic store.
 void store_bytes(uint8_t *entry, const uint8_t *bytes, size_t len)
 {
     uint64_t *q = qword_of(entry);
-    uint64_t v = __atomic_load_n(q, __ATOMIC_RELAXED);
+    uint64_t v = code_load(q);
     memcpy((uint8_t *)&v + (entry - (uint8_t *)q), bytes, len);
-    __atomic_store_n(q, v, __ATOMIC_SEQ_CST);
+    code_store(q, v);
 }
 
 int protect(PatchSite *sites, size_t n, int prot)
@@ -279,31 +320,35 @@ int patch_locate(PatchSite *sites, size_t n, std::string *why)
     return 0;
 }
 
-bool patch_entry_ours(const uint8_t *e)
+bool patch_entry_ours(const uint8_t *entry)
 {
+    uint8_t e[8];
+    code_read(entry, e, sizeof e);
     if (e[0] != 0xe9 || !g_tramp)
         return false;
     int32_t rel;
     memcpy(&rel, e + 1, 4);
-    uintptr_t t = (uintptr_t)e + 5 + rel;
+    uintptr_t t = (uintptr_t)entry + 5 + rel;
     return t >= (uintptr_t)g_tramp && t < (uintptr_t)g_tramp + kPage;
 }
 
-bool patch_entry_foreign(const uint8_t *e, std::string *owner)
+bool patch_entry_foreign(const uint8_t *entry, std::string *owner)
 {
-    if (patch_entry_ours(e))
+    if (patch_entry_ours(entry))
         return false;
+    uint8_t e[16];
+    code_read(entry, e, sizeof e);
     uintptr_t target = 0;
     if (e[0] == 0xe9) {  // jmp rel32
         int32_t rel;
         memcpy(&rel, e + 1, 4);
-        target = (uintptr_t)e + 5 + rel;
+        target = (uintptr_t)entry + 5 + rel;
     } else if (e[0] == 0xeb) {  // jmp rel8
-        target = (uintptr_t)e + 2 + (int8_t)e[1];
+        target = (uintptr_t)entry + 2 + (int8_t)e[1];
     } else if (e[0] == 0xff && e[1] == 0x25) {  // jmp *rel32(%rip)
         int32_t rel;
         memcpy(&rel, e + 2, 4);
-        memcpy(&target, e + 6 + rel, 8);
+        code_read(entry + 6 + rel, (uint8_t *)&target, 8);
     } else if ((e[0] == 0x49 && e[1] == 0xbb && e[10] == 0x41 && e[11] == 0xff &&
                 e[12] == 0xe3) ||  // movabs $x,%r11; jmp *%r11 (ucm, opal patcher)
                (e[0] == 0x48 && e[1] == 0xb8 && e[10] == 0xff && e[11] == 0xe0)) {
@@ -359,7 +404,7 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
         int32_t r32 = (int32_t)rel;
         code[i][0] = 0xe9;
         memcpy(&code[i][1], &r32, 4);
-        sites[i].saved = __atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED);
+        sites[i].saved = code_load(qword_of(sites[i].entry));
     }
     rc = protect(sites, n, PROT_READ | PROT_WRITE | PROT_EXEC);
     if (rc) {
@@ -387,7 +432,7 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
     if (inside) {
         for (size_t i = 0; i < n; i++)
             if (!sites[i].alias)
-                __atomic_store_n(qword_of(sites[i].entry), sites[i].saved, __ATOMIC_SEQ_CST);
+                code_store(qword_of(sites[i].entry), sites[i].saved);
         sync_cores();
         protect(sites, n, PROT_READ | PROT_EXEC);
         *why = "a thread stayed stopped inside a function's first instructions; not patched";
@@ -402,7 +447,7 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
         if (sites[i].alias)
             continue;
         store_bytes(sites[i].entry, code[i], 2);
-        sites[i].patched = __atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED);
+        sites[i].patched = code_load(qword_of(sites[i].entry));
         sites[i].active = true;
     }
     sync_cores();
@@ -415,7 +460,7 @@ bool patch_intact(const PatchSite *sites, size_t n, std::string *who)
     for (size_t i = 0; i < n; i++) {
         if (!sites[i].active)
             continue;
-        if (__atomic_load_n(qword_of(sites[i].entry), __ATOMIC_RELAXED) == sites[i].patched)
+        if (code_load(qword_of(sites[i].entry)) == sites[i].patched)
             continue;
         if (who) {
             std::string owner;
@@ -439,11 +484,8 @@ void patch_remove(PatchSite *sites, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (!sites[i].active)
             continue;
-        uint64_t *q = qword_of(sites[i].entry);
-        uint64_t expect = sites[i].patched;
         // someone patched over us: leave their bytes alone
-        __atomic_compare_exchange_n(q, &expect, sites[i].saved, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
+        code_cas(qword_of(sites[i].entry), sites[i].patched, sites[i].saved);
         sites[i].active = false;
     }
     sync_cores();

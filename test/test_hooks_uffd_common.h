@@ -158,7 +158,13 @@ START_TEST(t_free_large)
     memset(m, 1, 8 * MB);
     cache_it(&e, m + 4096, 4 * MB, NULL);
     free(m);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* the sanitizer's allocator keeps freed blocks (quarantine): nothing is unmapped */
+    fprintf(stderr, "t_free_large: sanitizer allocator, not checked\n");
+    (void)assert_dropped;
+#else
     assert_dropped(&e, "free of a large block");
+#endif
     env_close(&e);
 }
 END_TEST

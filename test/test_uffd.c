@@ -5,6 +5,16 @@
 
 #include "test_hooks_uffd_common.h"
 
+#if defined(__SANITIZE_THREAD__)
+/* The child of t_fork starts a monitor thread of its own: allowed, it only calls async-safe
+ * code before that and the parent's threads are not used in the child. */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+    return "die_after_fork=0";
+}
+#endif
+
 /* The fake device populates nothing: touching the rest of a watched range takes missing-page
  * faults that the monitor must serve (zero pages), from several threads. */
 static void *toucher(void *arg)
@@ -53,7 +63,8 @@ START_TEST(t_rewatch_same_address)
     cache_it(&e, p, MB, &old);
     munmap(p, MB);
     ck_assert_uint_eq(stats(&e).entries, 0);
-    void *q = mmap(p, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *q = mmap(p, MB, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     ck_assert_ptr_eq(q, p);
     memset(q, 2, MB);
     cache_it(&e, q, MB, NULL);
