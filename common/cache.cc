@@ -59,6 +59,12 @@ void install_atfork() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 inline bool tick_after(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
 
+// The end of [start, start+len), saturated at the top of the address space.
+inline uintptr_t range_end(uintptr_t start, size_t len)
+{
+    return start + len < start ? UINTPTR_MAX : start + len;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -1037,7 +1043,7 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
 {
     if (!len)
         return;
-    uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+    uintptr_t end = range_end(start, len);
     size_t n;
     if (t_paused == this) {
         n = invalidate_locked(start, end);
@@ -1045,8 +1051,13 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
         std::lock_guard<std::mutex> g(lock_);
         n = invalidate_locked(start, end);
     }
-    if (n)
-        invalidations_.fetch_add(n, std::memory_order_relaxed);
+    after_invalidation(n, start, len);
+}
+
+void Cache::after_invalidation(size_t removed, uintptr_t start, size_t len) noexcept
+{
+    if (removed)
+        invalidations_.fetch_add(removed, std::memory_order_relaxed);
     notify_subscribers(start, len);
 }
 
@@ -1054,7 +1065,7 @@ void Cache::unmap_begin(uintptr_t start, size_t len) noexcept
 {
     if (!len)
         return;
-    uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+    uintptr_t end = range_end(start, len);
     size_t n;
     {
         std::unique_lock<std::mutex> g(lock_);
@@ -1071,16 +1082,14 @@ void Cache::unmap_begin(uintptr_t start, size_t len) noexcept
         }
         n = invalidate_locked(start, end);
     }
-    if (n)
-        invalidations_.fetch_add(n, std::memory_order_relaxed);
-    notify_subscribers(start, len);
+    after_invalidation(n, start, len);
 }
 
 void Cache::unmap_end(uintptr_t start, size_t len) noexcept
 {
     if (!len)
         return;
-    uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+    uintptr_t end = range_end(start, len);
     {
         std::lock_guard<std::mutex> g(lock_);
         for (int i = 0; i < unmaps_count_; i++) {

@@ -166,6 +166,7 @@ private:
     void reclaim() noexcept;
     void free_reg(Reg *r) noexcept;
     void notify_subscribers(uintptr_t start, size_t len) noexcept;
+    void after_invalidation(size_t removed, uintptr_t start, size_t len) noexcept;
     void maybe_after_fork() noexcept;
 
     // ---- hit path: read-mostly ----
