@@ -58,7 +58,6 @@ typedef struct mca_rcache_vmtrack_module_t {
 typedef struct mca_rcache_vmtrack_component_t {
     mca_rcache_base_component_t super;
     /* MCA parameters */
-    char *tracker;           /* rcache_vmtrack_tracker */
     unsigned long max_entries;
     unsigned long max_bytes;
     bool print_stats;

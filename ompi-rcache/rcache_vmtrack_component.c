@@ -44,19 +44,30 @@ mca_rcache_vmtrack_component_t mca_rcache_vmtrack_component = {
 
 #define C mca_rcache_vmtrack_component
 
+static const mca_base_var_enum_value_t tracker_values[] = {
+    {0, "auto"}, {1, "kmod"}, {2, "none"}, {3, "pass"}, {4, "uffd"}, {5, "hooks"}, {0, NULL},
+};
+static int tracker_index;
+
 static int vmt_ompi_register(void)
 {
     mca_base_component_t *v = &C.super.rcache_version;
+    mca_base_var_enum_t *trackers = NULL;
 
-    C.tracker = "auto";
+    /* An enumeration: ompi_info lists the values and Open MPI refuses others. */
+    tracker_index = 0;
+    (void) mca_base_var_enum_create("rcache_vmtrack_trackers", tracker_values, &trackers);
     (void) mca_base_component_var_register(v, "tracker",
         "How the process-wide vmtrack cache learns that memory was unmapped: "
         "auto (kmod if /dev/vmtrack is usable, else none fed by Open MPI's memory hooks), "
         "kmod (vmtrack.ko: sees every change, no patching), none (Open MPI's memory hooks only), "
-        "hooks or uffd (refused while Open MPI's own memory patcher is active: two patchers), "
-        "pass (nothing cached). The environment variable VMTRACK_TRACKER, when set, wins.",
-        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_4,
-        MCA_BASE_VAR_SCOPE_READONLY, &C.tracker);
+        "pass (nothing cached), uffd (userfaultfd: no patching, ~50 us per unmap of a "
+        "registered range), hooks (refused while Open MPI's own memory patcher is active: two "
+        "patchers). The environment variable VMTRACK_TRACKER, when set, wins.",
+        MCA_BASE_VAR_TYPE_INT, trackers, 0, 0, OPAL_INFO_LVL_4,
+        MCA_BASE_VAR_SCOPE_READONLY, &tracker_index);
+    if (trackers)
+        OBJ_RELEASE(trackers);
 
     C.max_entries = 0;
     (void) mca_base_component_var_register(v, "max_entries",
@@ -265,7 +276,10 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
 {
     if (NULL == C.cache) {
         const char *want = getenv("VMTRACK_TRACKER");
-        const char *param = C.tracker ? C.tracker : "auto";
+        const char *param = "auto";
+        for (size_t i = 0; tracker_values[i].string; i++)
+            if (tracker_values[i].value == tracker_index)
+                param = tracker_values[i].string;
         if (NULL == want || '\0' == *want) {
             if (0 == strcmp(param, "auto"))
                 want = kmod_usable() ? "kmod" : "none";
@@ -282,18 +296,19 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
         if (NULL == cache) {
             int err = errno ? errno : EINVAL;
             snprintf(why, whylen, "vmtrack's shared cache could not be created with tracker "
-                     "\"%s\": %s", want, strerror(err));
+                     "\"%s\": %s%s", want, strerror(err),
+                     0 == strcmp(want, "hooks") && opal_patcher_active()
+                         ? " (Open MPI's memory patcher already patches libc; use "
+                           "--mca rcache_vmtrack_tracker kmod or none)" : "");
             return -err;
         }
         const char *in_use = vmt_cache_tracker(cache);
-        if ((0 == strcmp(in_use, "hooks") || 0 == strcmp(in_use, "uffd")) &&
-            opal_patcher_active()) {
-            /* Two libc patchers in one process corrupt each other (ompi#8822). uffd does not
-             * patch, but it would see the patcher's own traffic twice; refuse both. */
-            snprintf(why, whylen, "vmtrack's tracker is \"%s\" while Open MPI's memory patcher is "
-                     "active: two sources of memory events in one process. Use "
-                     "--mca rcache_vmtrack_tracker kmod (or none), or unset VMTRACK_TRACKER",
-                     in_use);
+        if (0 == strcmp(in_use, "hooks") && opal_patcher_active()) {
+            /* Two libc patchers in one process corrupt each other (ompi#8822): the shared
+             * cache was created (with hooks) before Open MPI patched. */
+            snprintf(why, whylen, "vmtrack's shared cache patches libc (tracker \"hooks\") and so "
+                     "does Open MPI's memory patcher: two patchers in one process. Use "
+                     "--mca rcache_vmtrack_tracker kmod (or none) and unset VMTRACK_TRACKER");
             return -EBUSY;
         }
         C.cache = cache;

@@ -35,6 +35,11 @@ v=$(OMPI_MCA_rcache_vmtrack_tracker=kmod ompi_info --param rcache vmtrack --leve
 	grep '^mca:rcache:vmtrack:param:rcache_vmtrack_tracker:value:')
 check "OMPI_MCA_rcache_vmtrack_tracker=kmod shows as the value ($v)" test "$v" = "mca:rcache:vmtrack:param:rcache_vmtrack_tracker:value:kmod"
 
+# an unknown tracker is refused by Open MPI's variable system, naming the valid values
+v=$(OMPI_MCA_rcache_vmtrack_tracker=bogus ompi_info --param rcache vmtrack --level 9 2>&1)
+check "rcache_vmtrack_tracker=bogus is refused" sh -c "printf '%s\n' \"\$1\" | grep -qi 'bogus'" sh "$v"
+check "... and the valid values are listed" sh -c "printf '%s\n' \"\$1\" | grep -q '0:\"auto\", 1:\"kmod\"'" sh "$v"
+
 # `--mca rcache vmtrack` (grdma left out): btl ofi (Debian builds it) asks for grdma by name and
 # aborts; the component says so first, naming the fix. (ompi_info does not open components,
 # so a singleton MPI program does it.)
