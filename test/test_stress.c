@@ -25,11 +25,13 @@ static void stress(const char *tracker)
         printf("SKIP tracker %s: not available here: %s\n", tracker, r.detail);
         return;
     }
-    printf("%-6s %lu writes checked, %lu address-space changes, %lu stale, %lu wrong%s%s\n",
-           tracker, r.writes, r.mutations, r.stale, r.errors, r.detail[0] ? ": " : "", r.detail);
+    printf("%-6s %lu writes (%lu judged exactly), %lu address-space changes, %lu stale, "
+           "%lu wrong%s%s\n", tracker, r.writes, r.judged, r.mutations, r.stale, r.errors,
+           r.detail[0] ? ": " : "", r.detail);
     fflush(stdout);
     ck_assert_msg(ret == 0, "stress with %s: %s (%s)", tracker, strerror(-ret), r.detail);
     ck_assert_uint_gt(r.writes, 0);
+    ck_assert_uint_gt(r.judged, 0);
     ck_assert_uint_gt(r.mutations, 0);
     ck_assert_msg(r.stale == 0 && r.errors == 0, "tracker %s: %lu stale, %lu wrong: %s", tracker,
                   r.stale, r.errors, r.detail);
