@@ -14,7 +14,9 @@ struct io_uring;
  * the cache evicts, else vmt_get returns -ENOSPC. Fixed buffers do not distinguish reading from
  * writing: a registration made for any access serves READ_FIXED and WRITE_FIXED alike.
  * Registration calls io_uring_register() from the thread calling vmt_get: a ring created with
- * IORING_SETUP_SINGLE_ISSUER must only be used from that thread. */
+ * IORING_SETUP_SINGLE_ISSUER must only be used from that thread. After fork(), the child's copy
+ * of a ring is the parent's ring (same kernel object, same table): a child attaches a ring of
+ * its own. */
 int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring, unsigned slots,
                        struct vmt_device **out);
 /* The fixed-buffer index to pass to READ_FIXED / WRITE_FIXED for this registration
