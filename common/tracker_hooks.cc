@@ -410,8 +410,25 @@ PatchSite g_sites[] = {
 };
 constexpr size_t kNumSites = sizeof g_sites / sizeof g_sites[0];
 
+// ASan, TSan, MSan and HWASan replace malloc and map/unmap its memory with raw system calls:
+// free() of a large block would never reach libc's munmap, so hooks would serve stale pages.
+const char *sanitizer_runtime()
+{
+    static const char *const names[] = {"__asan_init", "__tsan_init", "__msan_init",
+                                        "__hwasan_init"};
+    for (const char *n : names)
+        if (dlsym(RTLD_DEFAULT, n))
+            return n;
+    return nullptr;
+}
+
 int locate(std::string *why)
 {
+    if (const char *san = sanitizer_runtime()) {
+        *why = std::string("a sanitizer runtime (") + san + ") replaces malloc and unmaps "
+               "with raw system calls that libc hooks cannot see; use uffd or kmod";
+        return -ENOTSUP;
+    }
     int rc = patch_locate(g_sites, kNumSites, why);
     if (rc)
         return rc;
