@@ -372,7 +372,23 @@ static void vmt_ompi_finalize(mca_rcache_base_module_t *rcache)
     }
     pick_leader_locked();
     pthread_mutex_unlock(&C.lock);
-    /* Deregisters what this device still has cached (held ones at their last put). */
+    /* Deregister what this module has cached and nobody holds. libvmtrack's flush acts on the
+     * whole shared cache (other users of it lose unused registrations, not correctness);
+     * detaching instead would also deregister registrations a BTL still holds. */
+    gc_drain(m);
+    if (C.cache)
+        (void) vmt_flush(C.cache);
+    gc_drain(m);
+    uint64_t live = __atomic_load_n(&m->n_btl_reg, __ATOMIC_ACQUIRE) -
+                    __atomic_load_n(&m->n_btl_dereg, __ATOMIC_ACQUIRE);
+    if (0 != live) {
+        /* The BTL still holds registrations: they are deregistered at their last
+         * rcache_deregister, through this module and its device, so both stay. */
+        opal_output_verbose(1, C.output, "rcache vmtrack: %s finalized with %llu registrations "
+                            "still held by the BTL; they are deregistered when released",
+                            m->res.cache_name, (unsigned long long) live);
+        return;
+    }
     if (m->dev)
         vmt_device_detach(m->dev);
     gc_drain(m);

@@ -407,6 +407,29 @@ START_TEST(t_held_registration_survives_unmap)
 }
 END_TEST
 
+/* Open MPI finalizes rcache modules when it closes the framework; a registration a BTL still
+ * holds then is deregistered at its last deregister, not under the BTL, and the module stays
+ * valid for that call. */
+START_TEST(t_finalize_with_held_registration)
+{
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.fin", &b);
+    unsigned char *buf = map_pages(2);
+    mca_rcache_base_registration_t *r = NULL, *cached = NULL;
+    ck_assert_int_eq(REG(m, buf, 4096, 0, 0, &r), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(m, buf + 4096, 4096, MCA_RCACHE_FLAGS_CACHE_BYPASS, 0, &cached),
+                     OPAL_SUCCESS);
+    ck_assert_int_eq(mca_rcache_base_module_destroy(m), OPAL_SUCCESS);
+    ck_assert_int_eq(b.live, 2);                                /* both still registered */
+    ck_assert_uint_eq(((struct fake_reg *) r)->cookie, 0xC0FFEE0001ull);
+    ck_assert_int_eq(DEREG(m, r), OPAL_SUCCESS);
+    ck_assert_int_eq(DEREG(m, cached), OPAL_SUCCESS);
+    ck_assert_int_eq(b.live, 0);
+    ck_assert_int_eq(b.bad_fields, 0);
+    munmap(buf, 2 * 4096);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ompi-rcache");
@@ -420,6 +443,7 @@ static Suite *suite(void)
     tcase_add_test(tc, t_leave_pinned_off_uncached);
     tcase_add_test(tc, t_event_reaches_every_cache_once);
     tcase_add_test(tc, t_held_registration_survives_unmap);
+    tcase_add_test(tc, t_finalize_with_held_registration);
     suite_add_tcase(s, tc);
     return s;
 }
