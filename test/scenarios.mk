@@ -18,3 +18,7 @@ test_test_scenarios_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_
 test_test_stress_SOURCES = test/test_stress.c
 test_test_stress_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/test $(CHECK_CFLAGS)
 test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -lpthread
+
+# The command line of `vmtrack check`.
+TESTS += test/check_cli.sh
+EXTRA_DIST += test/check_cli.sh

@@ -267,6 +267,48 @@ START_TEST(test_attach_twice_shares)
 }
 END_TEST
 
+/* Two caches (say vmt_shared and a library's private one) on one ring: one table, two devices,
+ * distinct slots; the table goes when the last attachment does. */
+START_TEST(test_two_caches_one_ring)
+{
+    struct io_uring ring;
+    ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
+    struct vmt_cache *c1 = make_cache("none"), *c2 = make_cache("none");
+    struct vmt_device *d1, *d2;
+    ck_assert_int_eq(vmt_iouring_attach(c1, &ring, 16, &d1), 0);
+    ck_assert_int_eq(vmt_iouring_attach(c2, &ring, 16, &d2), 0);
+    ck_assert_ptr_ne(d1, d2);
+    int fd = tmpfd();
+    size_t len = 64 * 1024;
+    unsigned char *a = map(len), *b = map(len);
+    struct vmt_reg *ra, *rb;
+    fill(a, len, 21);
+    fill(b, len, 22);
+    ck_assert_int_eq(vmt_get(d1, a, len, VMT_ACCESS_READ, &ra), 0);
+    ck_assert_int_eq(vmt_get(d2, b, len, VMT_ACCESS_READ, &rb), 0);
+    ck_assert_int_ne(vmt_iouring_index(ra), vmt_iouring_index(rb));
+    ck_assert_int_eq(write_fixed(&ring, fd, a, len, vmt_iouring_index(ra), 0), (int)len);
+    ck_assert_int_eq(write_fixed(&ring, fd, b, len, vmt_iouring_index(rb), (off_t)len), (int)len);
+    unsigned char *back = malloc(2 * len);
+    ck_assert_int_eq(pread(fd, back, 2 * len, 0), (ssize_t)(2 * len));
+    ck_assert(memcmp(back, a, len) == 0);
+    ck_assert(memcmp(back + len, b, len) == 0);
+    free(back);
+    vmt_put(ra);
+    vmt_put(rb);
+    vmt_iouring_detach(d1);
+    roundtrip(d2, &ring, fd, b, len, 23);  /* the other cache still works on the table */
+    vmt_iouring_detach(d2);
+    struct iovec iov = {a, len};
+    ck_assert_int_eq(io_uring_register_buffers(&ring, &iov, 1), 0);  /* table gone */
+    io_uring_unregister_buffers(&ring);
+    vmt_cache_destroy(c1);
+    vmt_cache_destroy(c2);
+    close(fd);
+    io_uring_queue_exit(&ring);
+}
+END_TEST
+
 /* Threads registering distinct buffers through one small table: the slot allocator must never
  * hand one slot to two live registrations, and each thread's bytes must reach its file. */
 struct tharg {
@@ -377,6 +419,7 @@ int main(void)
     tcase_add_test(tc, test_busy_ring);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_attach_twice_shares);
+    tcase_add_test(tc, test_two_caches_one_ring);
     tcase_add_test(tc, test_slot_allocator_threads);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
