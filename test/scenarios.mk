@@ -21,4 +21,4 @@ test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIB
 
 # The command line of `vmtrack check`.
 TESTS += test/check_cli.sh
-EXTRA_DIST += test/check_cli.sh
+EXTRA_DIST += test/check_cli.sh doc/scenarios.md
