@@ -202,39 +202,98 @@ int protect(PatchSite *sites, size_t n, int prot)
     return 0;
 }
 
-// Parse "/proc/self/task/TID/syscall": the stopped pc, or 0 if the thread is running now (or
-// unknown). Running threads cannot stay between two instructions of a prologue.
-uintptr_t thread_pc(const char *tid)
+void nap_us(long us);
+
+// What /proc tells about another thread of this process.
+enum class TState { gone, blocked, runnable, unknown };
+
+long read_small(const char *path, char *buf, size_t len)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%s/syscall", tid);
     int fd = (int)raw(SYS_open, (long)path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
-    char buf[256];
-    long n = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
+        return -errno;
+    long n = raw(SYS_read, fd, (long)buf, (long)len - 1);
     raw(SYS_close, fd);
-    if (n <= 0)
-        return 0;
+    if (n < 0)
+        return -1;
     buf[n] = 0;
+    return n;
+}
+
+// "/proc/self/task/TID/syscall": for a thread blocked (in a system call or not) its pc, the
+// address it will resume at; "running" for a thread on a CPU or waiting for one.
+TState thread_state(long tid, uintptr_t *pc)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+    long n = read_small(path, buf, sizeof buf);
+    if (n == -ENOENT || n == -ESRCH)
+        return TState::gone;
+    if (n <= 0)
+        return TState::unknown;
     if (!strncmp(buf, "running", 7))
-        return 0;
-    // the pc is the last field
+        return TState::runnable;
     char *end = buf + n;
     while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
         *--end = 0;
     char *last = strrchr(buf, ' ');
-    return last ? (uintptr_t)strtoull(last + 1, nullptr, 16) : 0;
+    if (!last)
+        return TState::unknown;
+    *pc = (uintptr_t)strtoull(last + 1, nullptr, 16);
+    return TState::blocked;
 }
 
-// Is any other thread stopped at a pc inside bytes 1..4 of one of the sites? -1 on error.
-int someone_inside(PatchSite *sites, size_t n)
+// CPU time the thread has used, in ns ("/proc/self/task/TID/schedstat", else utime+stime from
+// "stat" in clock ticks); 0 if unknown.
+uint64_t thread_cpu_ns(long tid)
 {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", tid);
+    if (read_small(path, buf, sizeof buf) > 0)
+        return strtoull(buf, nullptr, 10);
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return 0;
+    const char *p = strrchr(buf, ')');  // fields after "(comm)": state is field 3
+    for (int field = 2; p && field < 14; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return 0;
+    char *q;
+    uint64_t ut = strtoull(p + 1, &q, 10), st = strtoull(q, nullptr, 10);
+    return (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+}
+
+bool pc_inside(const PatchSite *sites, size_t n, uintptr_t pc)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!sites[i].alias && pc > (uintptr_t)sites[i].entry &&
+            pc < (uintptr_t)sites[i].entry + kJmpLen)
+            return true;
+    return false;
+}
+
+// After `jmp .` is at every entry, nobody can *enter* bytes 1..4 any more; wait until nobody
+// is *in* them. A thread is clear once seen blocked with its resume pc elsewhere, or once it
+// has used kCpuProof of CPU time since then (a thread stopped inside a prologue resumes there
+// and leaves it within a few instructions of running; the scheduler does not take a CPU back
+// that fast). Threads that appear later are clear (they could only have entered at an entry).
+// 0 when clear, -EAGAIN on timeout, -ENOENT without /proc.
+constexpr uint64_t kCpuProof = 2000000;  // 2 ms
+constexpr int kMaxThreads = 1024;
+
+int wait_quiescent(const PatchSite *sites, size_t n, std::string *why)
+{
+    struct T {
+        long tid;
+        uint64_t cpu0;
+        bool clear;
+    } ts[kMaxThreads];
+    int nt = 0;
     int dfd = (int)raw(SYS_open, (long)"/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        return -1;
+        return -ENOENT;
     long self = raw(SYS_gettid);
-    int found = 0;
     alignas(8) char buf[4096];
     for (;;) {
         long got = raw(SYS_getdents64, dfd, (long)buf, sizeof buf);
@@ -249,16 +308,41 @@ int someone_inside(PatchSite *sites, size_t n)
                 char name[];
             } *d = (struct d64 *)(buf + off);
             off += d->reclen;
-            if (d->name[0] < '0' || d->name[0] > '9' || strtol(d->name, nullptr, 10) == self)
+            if (d->name[0] < '0' || d->name[0] > '9')
                 continue;
-            uintptr_t pc = thread_pc(d->name);
-            for (size_t i = 0; pc && i < n; i++)
-                if (pc > (uintptr_t)sites[i].entry && pc < (uintptr_t)sites[i].entry + kJmpLen)
-                    found = 1;
+            long tid = strtol(d->name, nullptr, 10);
+            if (tid == self)
+                continue;
+            if (nt == kMaxThreads) {
+                raw(SYS_close, dfd);
+                *why = "too many threads to check";
+                return -EAGAIN;
+            }
+            ts[nt++] = T{tid, thread_cpu_ns(tid), false};
         }
     }
     raw(SYS_close, dfd);
-    return found;
+    for (int round = 0; round < 4000; round++) {  // ~2 s
+        int left = 0;
+        for (int i = 0; i < nt; i++) {
+            if (ts[i].clear)
+                continue;
+            uintptr_t pc = 0;
+            TState st = thread_state(ts[i].tid, &pc);
+            if (st == TState::gone || (st == TState::blocked && !pc_inside(sites, n, pc)))
+                ts[i].clear = true;
+            else if (st != TState::blocked && thread_cpu_ns(ts[i].tid) >= ts[i].cpu0 + kCpuProof)
+                ts[i].clear = true;
+            if (!ts[i].clear)
+                left++;
+        }
+        if (!left)
+            return 0;
+        nap_us(500);
+    }
+    *why = "a thread stayed inside a function's first instructions (or never ran) for 2 s; "
+           "not patched";
+    return -EAGAIN;
 }
 
 void nap_us(long us)
@@ -418,25 +502,21 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
         if (!sites[i].alias)
             store_bytes(sites[i].entry, spin, 2);
     sync_cores();
-    // (2) wait until no stopped thread sits between instructions under bytes 1..4.
-    int inside = 1;
-    for (int tries = 0; tries < 2000 && inside; tries++) {
-        inside = someone_inside(sites, n);
-        if (inside < 0) {  // no /proc: give descheduled threads time to move on
-            nap_us(20000);
-            inside = 0;
-        } else if (inside) {
-            nap_us(100);
-        }
+    // (2) wait until no thread sits between instructions under bytes 1..4.
+    std::string qwhy;
+    rc = wait_quiescent(sites, n, &qwhy);
+    if (rc == -ENOENT) {  // no /proc: give descheduled threads time to run on
+        nap_us(50000);
+        rc = 0;
     }
-    if (inside) {
+    if (rc) {
         for (size_t i = 0; i < n; i++)
             if (!sites[i].alias)
                 code_store(qword_of(sites[i].entry), sites[i].saved);
         sync_cores();
         protect(sites, n, PROT_READ | PROT_EXEC);
-        *why = "a thread stayed stopped inside a function's first instructions; not patched";
-        return -EAGAIN;
+        *why = qwhy;
+        return rc;
     }
     // (3) bytes 2..4, then (4) the first two bytes: the complete `jmp rel32`.
     for (size_t i = 0; i < n; i++)

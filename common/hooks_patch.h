@@ -10,8 +10,9 @@
 //  - a thread may be stopped *between* two of the original instructions the 5 bytes cover (e.g.
 //    after mmap's 3-byte `mov %ecx,%r10d`): overwriting under it would make it resume inside
 //    our jump. So: (1) the first 2 bytes become `jmp .` (eb fe): new callers wait at the entry;
-//    (2) read every other thread's stopped pc from /proc/self/task/*/syscall until none is
-//    inside bytes 1..4 of an entry; (3) write bytes 2..4; (4) write the final first 2 bytes.
+//    (2) wait until every other thread is seen blocked with its resume pc outside bytes 1..4
+//    (/proc/self/task/*/syscall) or has used 2 ms of CPU since (1) (schedstat); (3) write bytes
+//    2..4; (4) write the final first 2 bytes.
 //    No int3, no signal handler. membarrier(SYNC_CORE) between steps where the kernel has it.
 //  - removing a patch is one atomic store of the saved 8 bytes: a 5-byte jump has no inner
 //    instruction boundary, so no thread can be stopped inside it.
