@@ -282,7 +282,7 @@ bool pc_inside(const PatchSite *sites, size_t n, uintptr_t pc)
 constexpr uint64_t kCpuProof = 2000000;  // 2 ms
 constexpr int kMaxThreads = 1024;
 
-int wait_quiescent(const PatchSite *sites, size_t n, std::string *why)
+int wait_quiescent(const PatchSite *sites, size_t n, const char **why)
 {
     struct T {
         long tid;
@@ -315,7 +315,7 @@ int wait_quiescent(const PatchSite *sites, size_t n, std::string *why)
                 continue;
             if (nt == kMaxThreads) {
                 raw(SYS_close, dfd);
-                *why = "too many threads to check";
+                *why = "too many threads to check";  // static: no allocation here
                 return -EAGAIN;
             }
             ts[nt++] = T{tid, thread_cpu_ns(tid), false};
@@ -503,7 +503,7 @@ int patch_install(PatchSite *sites, size_t n, std::string *why)
             store_bytes(sites[i].entry, spin, 2);
     sync_cores();
     // (2) wait until no thread sits between instructions under bytes 1..4.
-    std::string qwhy;
+    const char *qwhy = "";  // no allocation until the entries are consistent again
     rc = wait_quiescent(sites, n, &qwhy);
     if (rc == -ENOENT) {  // no /proc: give descheduled threads time to run on
         nap_us(50000);
