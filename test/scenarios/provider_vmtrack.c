@@ -141,6 +141,8 @@ static void vp_teardown(void *ctx)
     struct vprov *v = ctx;
     if (!v)
         return;
+    if (!v->own_cache)  /* a fork child: flush what it cached, never what the parent holds */
+        vmt_flush(v->cache);
     if (v->dev)
         vmt_iouring_detach(v->dev);
     if (v->own_cache)

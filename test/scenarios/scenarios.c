@@ -412,8 +412,11 @@ ENGINE_SCENARIO(run_brk, alloc_brk, change_brk)
  * registration); then the parent writes new bytes and must get them to its file (its
  * registration still maps its pages). */
 static enum scn_result fork_child_part(const struct scn_provider *p, const char *variant,
-                                       void *parent_ctx, struct mem *m, struct scn_outcome *out)
+                                       void *parent_ctx, struct mem *m, struct mem *held,
+                                       struct scn_outcome *out)
 {
+    /* The buffer the parent holds a registration on: the child's copy is the child's. */
+    scn_fill(held->addr, held->len, SEED_CHILD + 1);
     struct io_uring ring;
     int ret = io_uring_queue_init(8, &ring, 0);
     if (ret < 0) {
@@ -469,6 +472,20 @@ static enum scn_result run_fork(const struct scn_provider *p, const char *varian
         r = SCN_ERROR;
         goto done;
     }
+    /* A second buffer whose registration the parent holds across the fork. */
+    struct mem h;
+    r = alloc_mmap(&h, out);
+    if (r != SCN_CAUGHT)
+        goto done;
+    int hidx = -1;
+    void *htok = NULL;
+    scn_fill(h.addr, h.len, SEED_OLD + 1);
+    int ret = p->get(e.ctx, h.addr, h.len, &hidx, &htok);
+    if (ret < 0) {
+        WHY(out, "before fork: %s get(%p, %zu): %s", p->name, h.addr, h.len, strerror(-ret));
+        r = SCN_ERROR;
+        goto done;
+    }
     int fds[2];
     if (pipe(fds) < 0) {
         WHY(out, "pipe: %s", strerror(errno));
@@ -486,7 +503,7 @@ static enum scn_result run_fork(const struct scn_provider *p, const char *varian
         close(fds[0]);
         struct scn_outcome co;
         memset(&co, 0, sizeof(co));
-        co.result = fork_child_part(p, variant, e.ctx, &m, &co);
+        co.result = fork_child_part(p, variant, e.ctx, &m, &h, &co);
         ssize_t w = write(fds[1], &co, sizeof(co));
         (void)w;
         _exit(0);
@@ -513,7 +530,38 @@ static enum scn_result run_fork(const struct scn_provider *p, const char *varian
         r = SCN_ERROR;
         goto done;
     }
-    /* The parent: its cached registration must still reach its own pages. */
+    /* The parent: the registration it held across the fork still maps its pages, untouched
+     * by what the child wrote into its copy and by whatever the child's cache did... */
+    ret = scn_write_fixed(&e.ring, e.fd, h.addr, h.len, hidx, 0);
+    if (ret == 0)
+        ret = scn_read_back(e.fd, e.rb, h.len, 0);
+    if (ret < 0) {
+        WHY(out, "parent after fork: WRITE_FIXED with the held buffer %d: %s (the child "
+            "deregistered the parent's registration?)", hidx, strerror(-ret));
+        p->put(e.ctx, htok);
+        r = SCN_ERROR;
+        goto done;
+    }
+    if (!scn_matches(e.rb, h.len, SEED_OLD + 1)) {
+        WHY(out, "parent after fork: the held registration %s",
+            scn_matches(e.rb, h.len, SEED_CHILD + 1) ? "got the child's bytes"
+                                                      : "got neither the parent's bytes nor the child's");
+        p->put(e.ctx, htok);
+        r = SCN_ERROR;
+        goto done;
+    }
+    scn_fill(h.addr, h.len, SEED_NEW + 1);
+    ret = scn_write_fixed(&e.ring, e.fd, h.addr, h.len, hidx, 0);
+    if (ret == 0)
+        ret = scn_read_back(e.fd, e.rb, h.len, 0);
+    p->put(e.ctx, htok);
+    if (ret < 0 || !scn_matches(e.rb, h.len, SEED_NEW + 1)) {
+        WHY(out, "parent after fork: new bytes through the held registration: %s",
+            ret < 0 ? strerror(-ret) : "the file did not get them (the parent lost its pages)");
+        r = ret < 0 ? SCN_ERROR : SCN_STALE;
+        goto done;
+    }
+    /* ...and its cached one too. */
     scn_fill(m.addr, m.len, SEED_NEW);
     r = write_through(p, e.ctx, &e.ring, e.fd, m.addr, m.len, e.rb, "parent after fork", out);
     if (r == SCN_CAUGHT)
@@ -539,7 +587,8 @@ const struct scn_scenario scn_scenarios[] = {
     {"mmap-fixed", "mmap(MAP_FIXED) new pages over the buffer", run_map_fixed},
     {"shmdt-shmat", "shmdt, then shmat a new segment at the address", run_shm},
     {"sbrk-shrink-grow", "sbrk shrink over the buffer, then grow again", run_brk},
-    {"fork", "fork: the child uses its own cache, the parent's registration keeps working",
+    {"fork", "fork: the child uses its own cache; the parent's held and cached registrations "
+     "keep working",
      run_fork},
 };
 const size_t scn_scenario_count = sizeof(scn_scenarios) / sizeof(scn_scenarios[0]);
