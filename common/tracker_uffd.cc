@@ -135,6 +135,7 @@ private:
     int wake_ = -1;
     bool umo_ = false;
     bool running_ = false;
+    pid_t pid_ = 0;  // the process the monitor runs in (after fork, not this one)
     pthread_t thread_;
     void *zeros_ = nullptr;  // kHuge of zeros for UFFDIO_COPY into hugetlb ranges
 
@@ -168,11 +169,14 @@ int UffdTracker::start(std::string *why)
         return -rc;
     }
     running_ = true;
+    pid_ = getpid();
     return 0;
 }
 
 void UffdTracker::stop()
 {
+    if (running_ && pid_ != getpid())
+        running_ = false;  // a fork child that never called after_fork_child: no thread here
     if (running_) {
         uint64_t one = 1;
         while (write(wake_, &one, sizeof one) < 0 && errno == EINTR) {
