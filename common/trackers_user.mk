@@ -4,3 +4,4 @@ libvmtrack_la_SOURCES += \
 	common/tracker_uffd.cc \
 	common/tracker_bench.cc common/tracker_bench.h
 libvmtrack_la_LIBADD += -ldl
+EXTRA_DIST += doc/trackers.md
