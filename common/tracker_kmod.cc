@@ -140,7 +140,7 @@ public:
     void poll() noexcept override
     {
         // One load when nothing happened.
-        if (words_[VMTRACK_W_EVENTS].load(std::memory_order_acquire) == 0)
+        if (fd_ < 0 || words_[VMTRACK_W_EVENTS].load(std::memory_order_acquire) == 0)
             return;
         vmtrack_event ev[64];
         for (;;) {

@@ -6,9 +6,9 @@ EXTRA_DIST += $(KMOD_FILES) kmod/dkms.conf kmod/.gitignore
 KMOD_BUILDDIR = $(abs_top_builddir)/kmod.build
 KMOD_KO = $(KMOD_BUILDDIR)/vmtrack.ko
 
-.PHONY: kmod kmod-clean
+# (FORCE, not .PHONY: automake refuses .PHONY in some fragments and not in others)
 if HAVE_KERNEL_BUILD
-kmod:
+kmod: FORCE
 	$(AM_V_at)$(MKDIR_P) $(KMOD_BUILDDIR)/uapi
 	$(AM_V_at)for f in $(KMOD_FILES); do \
 	  d=$(KMOD_BUILDDIR)/$${f#kmod/}; \
@@ -17,10 +17,12 @@ kmod:
 	$(MAKE) -C $(KMOD_BUILDDIR) KDIR=$(KERNEL_BUILD) modules
 	@echo "kmod: built $(KMOD_KO) for $(KERNEL_BUILD)"
 else
-kmod:
+kmod: FORCE
 	@echo "kmod: no kernel build tree: apt-get install linux-headers-amd64, or" \
 	  "configure --with-kernel-build=DIR" >&2; exit 1
 endif
 
 kmod-clean:
 	rm -rf $(KMOD_BUILDDIR)
+
+FORCE:

@@ -27,7 +27,8 @@ step "kmod load/unload cycles" "$s/test/kmod/loadcycle.sh" "$b/test/kmod/kmod_co
 if [ -x "$b/vmtrack" ]; then
 	echo "=== vmtrack info (kmod), not pass/fail"
 	VMTRACK_TRACKER=kmod "$b/vmtrack" info || echo "(vmtrack info exited $?)"
-	step "vmtrack check --tracker kmod" env VMTRACK_TRACKER=kmod "$b/vmtrack" check --tracker kmod
+	step "vmtrack check --tracker kmod --stress" \
+		env VMTRACK_TRACKER=kmod "$b/vmtrack" check --tracker kmod --stress
 else
 	echo "SKIP: vmtrack check --tracker kmod ($b/vmtrack not built)"
 fi

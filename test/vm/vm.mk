@@ -19,7 +19,6 @@ test_kmod_test_kmod_tracker_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
 VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540
 
-.PHONY: check-vm
 check-vm: kmod test/kmod/kmod_contract$(EXEEXT) test/kmod/kmod_bench$(EXEEXT) \
 	  test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT)
 	$(VM_RUN) --timeout $(VM_TIMEOUT) --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
