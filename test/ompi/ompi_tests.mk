@@ -51,3 +51,17 @@ TESTS += test/ompi/ompi_info.sh
 
 # mpirun -np 2 over openib on soft-RoCE in the guest rig (skips, saying why, where it cannot).
 TESTS += test/ompi/mpirun_rxe.sh
+
+# mpirun -np 2 with RDMA WRITEs over verbs (rxe0) registered through the framework's vmtrack
+# module: run by mpirun_rxe.sh in the guest where openib cannot connect over RoCE.
+check_PROGRAMS += test/ompi/mpi_verbs_rdma
+test_ompi_mpi_verbs_rdma_SOURCES = test/ompi/mpi_verbs_rdma.c
+test_ompi_mpi_verbs_rdma_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) $(IBVERBS_CFLAGS)
+test_ompi_mpi_verbs_rdma_LDADD = libvmtrack.la $(OMPI_LIBS) $(OMPI_PAL_LIBS) $(IBVERBS_LIBS)
+test_ompi_mpi_verbs_rdma_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ompi_mpi_verbs_rdma_DEPENDENCIES = $(OMPI_TEST_DEPS)
+
+# The guest job on its own: make check-ompi-vm
+.PHONY: check-ompi-vm
+check-ompi-vm: mca_rcache_vmtrack.la test/ompi/mpi_rdma_check$(EXEEXT) test/ompi/mpi_verbs_rdma$(EXEEXT)
+	VMT_OMPI_VM=1 VMT_BUILDDIR=$(abs_top_builddir) bash $(abs_top_srcdir)/test/ompi/mpirun_rxe.sh
