@@ -23,3 +23,12 @@ test_ucx_test_ucp_rxe_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS) $(UCX_CFLAGS) 
 test_ucx_test_ucp_rxe_LDADD = libvmtrack.la $(IBVERBS_LIBS) -lucp -lucs -ldl
 EXTRA_test_ucx_test_ucp_rxe_DEPENDENCIES = libvmtrack-ucx.la
 endif
+
+# The same two tests in the guest rig (Debian's kernel under qemu with vmtrack.ko, and
+# soft-RoCE for the UCP transfer): `make check-ucx-vm`.
+if HAVE_UCX
+.PHONY: check-ucx-vm
+check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la
+	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
+	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
+endif
