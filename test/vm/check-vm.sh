@@ -42,6 +42,13 @@ if [ -x "$b/vmtrack" ] && [ "${VMT_VM_BENCH:-0}" = 1 ]; then
 			echo "(vmtrack bench --tracker $t exited $?)"
 	done
 fi
+echo "=== guest kernel log"
+if dmesg | grep -E -A15 'BUG:|WARNING:|Oops|general protection|vmtrack: leak|Objects remaining'; then
+	echo "FAIL: the guest kernel logged a bug or a leak (above)"
+	failed+=("kernel log")
+else
+	echo "PASS: no BUG/WARNING/Oops/leak in the guest kernel log"
+fi
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "check-vm: FAILED: ${failed[*]}"
 	exit 1
