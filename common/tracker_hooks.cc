@@ -57,7 +57,6 @@ std::atomic<int> g_high{0};  // slots [0, g_high) may be in use
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  // create / destroy only
 int g_trackers = 0;
 bool g_patched = false;
-std::string g_conflict;  // why patching failed last time (for describe)
 
 __thread int t_depth __attribute__((tls_model("initial-exec")));
 
@@ -653,7 +652,6 @@ int hooks_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::
         if (!rc)
             rc = patch_install(g_sites, kNumSites, why);
         if (rc) {
-            g_conflict = *why;
             pthread_mutex_unlock(&g_lock);
             return rc;
         }
