@@ -18,6 +18,10 @@ echo "$json"
 echo "$json" | grep -q '"result": "STALE", "claimed": false, "failed": false' ||
 	fail "none/mmap-fixed: expected an unclaimed STALE in the JSON"
 echo "$json" | grep -q '"failures": 0' || fail "JSON failures"
+if command -v python3 >/dev/null 2>&1; then
+	echo "$json" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["results"][0]["tracker"] == "none"' ||
+		fail "--json is not valid JSON"
+fi
 
 $VMTRACK check --tracker bogus >/dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown tracker: expected exit 2"
