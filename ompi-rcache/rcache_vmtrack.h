@@ -10,7 +10,8 @@
  *    before calling the BTL's register_mem on it, exactly as grdma does. base/bound are the
  *    range vmtrack registered (page aligned, possibly merged with neighbours: larger than asked).
  *  - Every rcache_register that goes through the cache is one vmt_get, every rcache_deregister
- *    one vmt_put on the same struct vmt_reg (one per device handle, kept in our header).
+ *    one vmt_put on the same struct vmt_reg (one per device handle, kept in the registration's
+ *    rcache_context; NULL there marks an uncached registration).
  *    vmtrack counts the holds, per thread; reg->ref_count of a cached registration stays 1
  *    (a shared counter would be written by every thread's hit; no 4.1 BTL reads it). The BTL's deregister_mem runs when
  *    vmtrack deregisters: after the last hold is released, and only if the range was
@@ -81,7 +82,7 @@ OPAL_DECLSPEC extern mca_rcache_vmtrack_component_t mca_rcache_vmtrack_component
 struct vmt_ompi_hdr {
     uint32_t magic;
     uint32_t kind;                 /* VMT_OMPI_KIND_* */
-    struct vmt_reg *vreg;          /* the vmtrack registration (cached kind) */
+    void *unused;                  /* (the vmtrack registration is in reg->rcache_context) */
     mca_rcache_vmtrack_module_t *module;
     struct vmt_ompi_hdr *gc_next;  /* in the module's deferred-deregistration list */
     unsigned char pad[64 - 2 * sizeof(uint32_t) - 3 * sizeof(void *)];

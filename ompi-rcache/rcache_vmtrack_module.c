@@ -34,7 +34,7 @@ static inline void stat_add(uint64_t *counter)
     __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
 
-unsigned vmt_ompi_access_to_vmt(int32_t a)
+__attribute__((visibility("hidden"))) unsigned vmt_ompi_access_to_vmt(int32_t a)
 {
     unsigned v = VMT_ACCESS_READ;   /* local read is implied by every registration */
     if (a & MCA_RCACHE_ACCESS_LOCAL_WRITE)
@@ -48,7 +48,7 @@ unsigned vmt_ompi_access_to_vmt(int32_t a)
     return v;
 }
 
-int32_t vmt_ompi_access_to_mca(unsigned v)
+__attribute__((visibility("hidden"))) int32_t vmt_ompi_access_to_mca(unsigned v)
 {
     int32_t a = 0;
     if (v & VMT_ACCESS_WRITE)
@@ -235,11 +235,12 @@ static int vmt_ompi_register(mca_rcache_base_module_t *rcache, void *addr, size_
         return orc;
     }
     mca_rcache_base_registration_t *r = (mca_rcache_base_registration_t *) vmt_reg_handle(vr);
-    struct vmt_ompi_hdr *hdr = vmt_ompi_hdr_of(r);
-    /* One struct vmt_reg per device handle: every hold of this registration returns the same
-     * pointer, so storing it (once, or again with the same value) is race-free in effect. */
-    if (__atomic_load_n(&hdr->vreg, __ATOMIC_RELAXED) != vr)
-        __atomic_store_n(&hdr->vreg, vr, __ATOMIC_RELAXED);
+    /* The vmtrack registration goes in the registration's own rcache_context (the line the BTL
+     * reads next anyway; our header is another line). One struct vmt_reg per device handle:
+     * every hold returns the same pointer, so storing it (once, or again with the same value)
+     * is race-free in effect. */
+    if (__atomic_load_n(&r->rcache_context, __ATOMIC_RELAXED) != (void *) vr)
+        __atomic_store_n(&r->rcache_context, (void *) vr, __ATOMIC_RELAXED);
     /* No write to the registration here: holds are counted by vmtrack in each thread's own
      * record, and a shared ref_count would be the cache line every thread's hit writes.
      * reg->ref_count of a cached registration stays 1 ("held by the cache"); no 4.1 BTL
@@ -254,28 +255,30 @@ static int vmt_ompi_deregister(mca_rcache_base_module_t *rcache,
     mca_rcache_vmtrack_module_t *m = (mca_rcache_vmtrack_module_t *) rcache;
     if (NULL == reg)
         return OPAL_ERR_BAD_PARAM;
+    void *vr = __atomic_load_n(&reg->rcache_context, __ATOMIC_RELAXED);
+    if (OPAL_LIKELY(reg->rcache == &m->super && NULL != vr)) {
+        /* cached: the registration may be deregistered (and reg freed) inside vmt_put if
+         * vmtrack dropped it from the cache meanwhile: nothing may touch reg afterwards. */
+        vmt_put((struct vmt_reg *) vr);
+        gc_drain(m);
+        return OPAL_SUCCESS;
+    }
     struct vmt_ompi_hdr *hdr = vmt_ompi_hdr_of(reg);
-    if (VMT_OMPI_HDR_MAGIC != hdr->magic || hdr->module != m ||
-        (VMT_OMPI_KIND_UNCACHED == hdr->kind && reg->ref_count <= 0)) {
+    if (reg->rcache != &m->super || VMT_OMPI_HDR_MAGIC != hdr->magic || hdr->module != m ||
+        VMT_OMPI_KIND_UNCACHED != hdr->kind || reg->ref_count <= 0) {
         stat_add(&m->n_errors);
         opal_output(0, "rcache vmtrack: deregister of %p: not a live registration of this "
                     "rcache module (another module's, or already deregistered)", (void *) reg);
         return OPAL_ERR_BAD_PARAM;
     }
-    if (VMT_OMPI_KIND_UNCACHED == hdr->kind) {
-        stat_add(&m->n_deregister);
-        if (0 == opal_atomic_add_fetch_32(&reg->ref_count, -1)) {
-            int rc = m->res.deregister_mem(m->res.reg_data, reg);
-            stat_add(&m->n_btl_dereg);
-            reg_free(reg);
-            return rc;
-        }
-        return OPAL_SUCCESS;
+    /* uncached: counted in reg->ref_count, deregistered at the last deregister */
+    stat_add(&m->n_deregister);
+    if (0 == opal_atomic_add_fetch_32(&reg->ref_count, -1)) {
+        int rc = m->res.deregister_mem(m->res.reg_data, reg);
+        stat_add(&m->n_btl_dereg);
+        reg_free(reg);
+        return rc;
     }
-    /* The registration may be deregistered (and reg freed) inside vmt_put if vmtrack dropped
-     * it from the cache meanwhile: nothing may touch reg afterwards. */
-    vmt_put(__atomic_load_n(&hdr->vreg, __ATOMIC_RELAXED));
-    gc_drain(m);
     return OPAL_SUCCESS;
 }
 
