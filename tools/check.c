@@ -27,7 +27,7 @@ static void usage(FILE *f)
             "every tracker available here (kmod, hooks, uffd, pass; \"none\" only by name).\n"
             "--stress adds the concurrency stress (MS per tracker, default 2000) as a row.\n"
             "Exit status: 0 when no tracker failed a scenario it claims to cover, 1 otherwise,\n"
-            "2 on bad usage.\n");
+            "2 on bad usage, 3 when no tracker could be run at all.\n");
 }
 
 static void json_str(FILE *f, const char *s)
@@ -253,7 +253,10 @@ int vmtrack_cmd_check(int argc, char **argv)
                 printf("}");
             }
         printf("\n], \"failures\": %d}\n", failures);
-        return failures ? 1 : 0;
+        int any = 0;
+        for (size_t t = 0; t < ntr; t++)
+            any += available[t];
+        return failures ? 1 : any ? 0 : 3;
     }
 
     printf("%-20s", "scenario");
@@ -294,9 +297,14 @@ int vmtrack_cmd_check(int argc, char **argv)
     printf("legend: caught = new bytes reached the file; STALE = old bytes (stale registration);\n"
            "        stale (nc) = stale where the tracker does not claim to catch it; n/a = cannot\n"
            "        be set up here; !! = the tracker claims this scenario and failed it.\n");
+    int ran = 0;
+    for (size_t t = 0; t < ntr; t++)
+        ran += available[t];
     if (failures)
         printf("%d failure(s) where the tracker claims to catch the scenario\n", failures);
+    else if (!ran)
+        printf("nothing could be measured here (see the reasons above)\n");
     else
         printf("no tracker failed a scenario it claims to catch\n");
-    return failures ? 1 : 0;
+    return failures ? 1 : ran ? 0 : 3;
 }
