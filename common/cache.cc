@@ -435,9 +435,14 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     }
     if (__builtin_expect(needs_fork_fixup_.load(std::memory_order_relaxed), 0))
         maybe_after_fork();
-    if (__builtin_expect(dev->detached.load(std::memory_order_relaxed) || dev->forked_away, 0)) {
-        misuse("vmt_get: device %p (%s) is %s", (void *)dev, dev->name.c_str(),
-               dev->forked_away ? "from the parent process: attach it again after fork()" : "detached");
+    if (__builtin_expect(dev->forked_away, 0)) {
+        // Documented behaviour, not misuse: a child starts with no devices.
+        VMT_LOG_ERROR("vmt_get: device %p (%s) was attached in the parent process; attach it "
+                      "again after fork()", (void *)dev, dev->name.c_str());
+        return -ENODEV;
+    }
+    if (__builtin_expect(dev->detached.load(std::memory_order_relaxed), 0)) {
+        misuse("vmt_get: device %p (%s) is detached", (void *)dev, dev->name.c_str());
         return -ENODEV;
     }
     uintptr_t end = a + len;
@@ -894,6 +899,8 @@ void Cache::put(Reg *r, bool hold_released)
 {
     uint32_t st = reg_state(r);
     Device *dev = r->dev.load(std::memory_order_relaxed);
+    if (dev && dev->forked_away)
+        return;  // the parent's registration, put in the child: it stays the parent's
     if (st == kRegUncached) {
         int32_t left = r->shared_holds.fetch_sub(1, std::memory_order_acq_rel) - 1;
         if (left < 0) {

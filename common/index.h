@@ -110,7 +110,10 @@ public:
 
 private:
     struct Node {
-        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children (ptrs[0]: pool link)
+        // The pool's free link lives here, not in ptrs[0], so that a reader racing a free can
+        // never take a node for a value.
+        std::atomic<void *> pool_link;
+        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
         std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
         std::atomic<unsigned> count;
         std::atomic<bool> leaf;

@@ -780,8 +780,11 @@ int main(void)
     tcase_add_test(tc, subscribers);
     tcase_add_test(tc, pass_mode_caches_nothing);
     tcase_add_test(tc, environment);
-    tcase_add_test(tc, threads_stress);
     suite_add_tcase(s, tc);
+    TCase *stress = tcase_create("stress");
+    tcase_set_timeout(stress, 60);
+    tcase_add_test(stress, threads_stress);
+    suite_add_tcase(s, stress);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
