@@ -98,6 +98,7 @@ static struct {
 /* Thread-local: set by our null device's reg (a vmtrack miss happened) and by the mem_reg
  * wrapper (the region UCX registered during the current ucs_rcache_get). */
 static __thread int t_watch_miss;
+static __thread int t_validating;
 static __thread ucs_rcache_region_t *t_fresh;
 
 typedef ucs_status_t (*rcache_create_fn)(const ucs_rcache_params_t *, const char *,
@@ -149,9 +150,16 @@ static void on_event(void *arg, const void *addr, size_t len)
 /* ---- the watch device: registrations that only make vmtrack watch a range ------------- */
 static int watch_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
 {
-    (void)ctx; (void)addr; (void)len; (void)access;
+    (void)ctx; (void)access;
     t_watch_miss = 1;
     *handle = NULL;
+    if (t_validating) {
+        /* A hit check missed: the range was not watched all along, so UCX must drop what it
+         * holds there - before the new watch becomes visible, or another thread's check
+         * could hit the new watch and trust a region registered before it. */
+        ucm_vm_munmap(addr, len);
+        atomic_fetch_add_explicit(&g.events, 1, memory_order_release);
+    }
     return 0;
 }
 
@@ -665,8 +673,10 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
             /* A vmtrack hit checks the watch (kmod: the generation word). If it fired,
              * vmtrack's miss path delivers the event to UCX and our device sees a miss. */
             t_watch_miss = 0;
+            t_validating = 1;
             ret = vmt_get(dev, (void *)r->super.start, r->super.end - r->super.start,
                           VMT_ACCESS_READ, &v);
+            t_validating = 0;
             if (ret == 0)
                 vmt_put(v);
             stale = ret < 0 || t_watch_miss;
