@@ -129,6 +129,7 @@ private:
     void resolve_fault(uintptr_t addr);
     void stop();
     void unregister_uncovered(uintptr_t s, uintptr_t e);
+    static uintptr_t mapping_end(uintptr_t addr);
 
     TrackerSink *sink_;
     int uffd_ = -1;
@@ -237,6 +238,9 @@ void UffdTracker::drain()
     struct uffd_msg msg[kBatch];
     uintptr_t faults[kBatch];
     int nfaults = 0;
+    uintptr_t moved_to[kBatch];
+    int nmoved = 0;
+    bool changed = false;
     sink_->pause_hits();
     for (;;) {
         ssize_t got = read(uffd_, msg, sizeof msg);
@@ -252,11 +256,15 @@ void UffdTracker::drain()
             case UFFD_EVENT_REMOVE:
                 events_.fetch_add(1, std::memory_order_relaxed);
                 sink_->invalidate(m.arg.remove.start, m.arg.remove.end - m.arg.remove.start);
+                changed = true;
                 break;
             case UFFD_EVENT_REMAP:
                 events_.fetch_add(1, std::memory_order_relaxed);
                 sink_->invalidate(m.arg.remap.from, m.arg.remap.len);
                 sink_->invalidate(m.arg.remap.to, m.arg.remap.len);
+                if (nmoved < kBatch)
+                    moved_to[nmoved++] = m.arg.remap.to;
+                changed = true;
                 break;
             case UFFD_EVENT_PAGEFAULT:
                 if (nfaults < kBatch)
@@ -274,6 +282,42 @@ void UffdTracker::drain()
     sink_->resume_hits();
     for (int i = 0; i < nfaults; i++)
         resolve_fault(faults[i]);
+    // No sink_->reap() here (it would unwatch dropped ranges sooner): a device's dereg may
+    // unmap a watched range, and that thread would then wait for this one while this one
+    // waits for the cache's reclaim lock.
+    if (!changed)
+        return;
+    // A moved mapping keeps its registration at the new address, where nothing is cached:
+    // drop it there (all of the mapping, which may have grown), except what live watches
+    // cover.
+    for (int i = 0; i < nmoved; i++) {
+        uintptr_t end = mapping_end(moved_to[i]);
+        if (end <= moved_to[i])
+            continue;
+        pthread_mutex_lock(&mu_);
+        unregister_uncovered(moved_to[i], end);
+        pthread_mutex_unlock(&mu_);
+    }
+}
+
+// The end of the mapping (VMA) that contains addr, from /proc/self/maps; 0 if none. Only for
+// the monitor thread, on the rare REMAP event.
+uintptr_t UffdTracker::mapping_end(uintptr_t addr)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return 0;
+    char line[512];
+    uintptr_t end = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long s, e;
+        if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s <= addr && addr < e) {
+            end = e;
+            break;
+        }
+    }
+    fclose(f);
+    return end;
 }
 
 // A thread touched a watched page that is not present: give it a zero page, as the kernel
