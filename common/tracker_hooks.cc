@@ -55,6 +55,16 @@ SinkSlot g_slots[kMaxSinks];
 std::atomic<int> g_high{0};  // slots [0, g_high) may be in use
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  // create / destroy only
+
+// Held while entries are being written. fork() waits for it: a child born while an entry holds
+// `jmp .` would spin there for ever (the patching thread does not exist in the child).
+pthread_mutex_t g_patch_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+void fork_prepare() { pthread_mutex_lock(&g_patch_mu); }
+void fork_parent() { pthread_mutex_unlock(&g_patch_mu); }
+void fork_child() { pthread_mutex_init(&g_patch_mu, nullptr); }
+void install_atfork() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
 int g_trackers = 0;
 bool g_patched = false;
 
@@ -409,6 +419,22 @@ PatchSite g_sites[] = {
 };
 constexpr size_t kNumSites = sizeof g_sites / sizeof g_sites[0];
 
+int patch_in(std::string *why)
+{
+    pthread_once(&g_atfork_once, install_atfork);
+    pthread_mutex_lock(&g_patch_mu);
+    int rc = patch_install(g_sites, kNumSites, why);
+    pthread_mutex_unlock(&g_patch_mu);
+    return rc;
+}
+
+void patch_out()
+{
+    pthread_mutex_lock(&g_patch_mu);
+    patch_remove(g_sites, kNumSites);
+    pthread_mutex_unlock(&g_patch_mu);
+}
+
 // ASan, TSan, MSan and HWASan replace malloc and map/unmap its memory with raw system calls:
 // free() of a large block would never reach libc's munmap, so hooks would serve stale pages.
 const char *sanitizer_runtime()
@@ -519,7 +545,7 @@ HooksTracker::~HooksTracker()
     while (g_slots[slot_].users.load(std::memory_order_acquire))
         sched_yield();
     if (--g_trackers == 0 && g_patched) {
-        patch_remove(g_sites, kNumSites);
+        patch_out();
         g_patched = false;
         g_overridden.store(false);
     }
@@ -580,7 +606,7 @@ __attribute__((destructor)) void hooks_unload()
 {
     pthread_mutex_lock(&g_lock);
     if (g_patched) {
-        patch_remove(g_sites, kNumSites);
+        patch_out();
         g_patched = false;
     }
     pthread_mutex_unlock(&g_lock);
@@ -650,7 +676,7 @@ int hooks_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::
     if (!g_patched) {
         int rc = locate(why);
         if (!rc)
-            rc = patch_install(g_sites, kNumSites, why);
+            rc = patch_in(why);
         if (rc) {
             pthread_mutex_unlock(&g_lock);
             return rc;

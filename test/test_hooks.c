@@ -3,6 +3,7 @@
  * the patched functions; conflict with another patcher; unpatching. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 
 #include "test_hooks_uffd_common.h"
 
@@ -133,6 +134,53 @@ START_TEST(t_overridden)
 }
 END_TEST
 
+/* fork() while another thread patches and unpatches: no child may be born with an entry
+ * half written (it would spin at `jmp .` for ever). */
+static atomic_int g_forks_stop;
+
+static void *forker(void *arg)
+{
+    int *bad = arg;
+    while (!atomic_load(&g_forks_stop)) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            munmap(p, 65536);
+            _exit(0);
+        }
+        if (pid < 0)
+            continue;
+        int st = 0, waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0 && waited < 5000) {
+            usleep(1000);
+            waited++;
+        }
+        if (waited >= 5000) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            (*bad)++;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(t_fork_while_patching)
+{
+    int bad = 0;
+    pthread_t t;
+    atomic_store(&g_forks_stop, 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, forker, &bad), 0);
+    for (int i = 0; i < 30; i++) {
+        struct env e;
+        env_setup(&e);
+        env_close(&e);
+    }
+    atomic_store(&g_forks_stop, 1);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* mmap64 and brk are the same code paths; brk shrink through brk() itself. */
 START_TEST(t_brk_shrink)
 {
@@ -207,6 +255,7 @@ int main(void)
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, t_auto_report);
+    tcase_add_test(tp, t_fork_while_patching);
 #if defined(__SANITIZE_THREAD__)
     /* these read and write libc's code directly: TSan keeps no shadow for code */
     printf("(TSan build: the byte-level patching tests are left out)\n");
