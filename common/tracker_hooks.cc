@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
@@ -419,20 +420,30 @@ PatchSite g_sites[] = {
 };
 constexpr size_t kNumSites = sizeof g_sites / sizeof g_sites[0];
 
+// Signals are blocked while patching: a handler on this thread that called munmap would wait
+// at `jmp .` for this very thread.
 int patch_in(std::string *why)
 {
     pthread_once(&g_atfork_once, install_atfork);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_mutex_lock(&g_patch_mu);
     int rc = patch_install(g_sites, kNumSites, why);
     pthread_mutex_unlock(&g_patch_mu);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return rc;
 }
 
 void patch_out()
 {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_mutex_lock(&g_patch_mu);
     patch_remove(g_sites, kNumSites);
     pthread_mutex_unlock(&g_patch_mu);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 // ASan, TSan, MSan and HWASan replace malloc and map/unmap its memory with raw system calls:
