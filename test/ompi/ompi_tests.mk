@@ -65,3 +65,6 @@ EXTRA_test_ompi_mpi_verbs_rdma_DEPENDENCIES = $(OMPI_TEST_DEPS)
 .PHONY: check-ompi-vm
 check-ompi-vm: mca_rcache_vmtrack.la test/ompi/mpi_rdma_check$(EXEEXT) test/ompi/mpi_verbs_rdma$(EXEEXT)
 	VMT_OMPI_VM=1 VMT_BUILDDIR=$(abs_top_builddir) bash $(abs_top_srcdir)/test/ompi/mpirun_rxe.sh
+
+# The component directory the tests make in the build tree (ompi_testenv.c, the scripts).
+CLEANFILES += test/ompi/components/mca_rcache_vmtrack.so
