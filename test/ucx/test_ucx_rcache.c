@@ -490,6 +490,13 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--config"))
         return run_config(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--expect-off")) {
+        /* the module must be loaded, off, and say why */
+        char tracker[32], why[256];
+        int mode = ucx_module_state(tracker, sizeof(tracker), why, sizeof(why));
+        printf("  module mode %d (%s): %s\n", mode, tracker, why);
+        return mode == 0 && strstr(why, argv[2]) ? 0 : 1;
+    }
     if (argc == 3 && !strcmp(argv[1], "--numbers")) {
         print_numbers();
         return 0;
@@ -504,6 +511,37 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     int failed = 0, module_ran = 0;
+
+    /* Bad set-ups: the module must stay off and say why (UCX then keeps its own hooks). */
+    static const struct { const char *env[3][2]; const char *why; } bad[] = {
+        {{{"UCX_MEM_MMAP_HOOK_MODE", NULL}, {"VMTRACK_UCX", NULL}, {NULL, NULL}},
+         "already patched libc"},
+        {{{"UCX_MEM_MMAP_HOOK_MODE", "none"}, {"VMTRACK_UCX", "maybe"}, {NULL, NULL}},
+         "is not 1 or 0"},
+        {{{"UCX_MEM_MMAP_HOOK_MODE", "none"}, {"VMTRACK_UCX", "0"}, {NULL, NULL}},
+         "VMTRACK_UCX=0"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
+            setenv("VMTRACK_TRACKER", "hooks", 1);
+            for (int k = 0; bad[i].env[k][0]; k++) {
+                if (bad[i].env[k][1])
+                    setenv(bad[i].env[k][0], bad[i].env[k][1], 1);
+                else
+                    unsetenv(bad[i].env[k][0]);
+            }
+            execl("/proc/self/exe", "test_ucx_rcache", "--expect-off", bad[i].why, (char *)NULL);
+            _exit(127);
+        }
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        printf("%s: module off with \"%s\" in its reason\n", ok ? "PASS" : "FAIL", bad[i].why);
+        failed += !ok;
+    }
     for (int ci = 0; ci < NCONF; ci++) {
         status_of[ci] = spawn(ci, "--config");
         printf("config %s: exit status %d\n", conf_names[ci], status_of[ci]);
