@@ -354,9 +354,22 @@ void nap_us(long us)
 const char *owner_of(uintptr_t target, std::string *owner)
 {
     Dl_info info;
+    // A trampoline in anonymous memory (`jmp *0(%rip); .quad hook`, as vmtrack writes, or
+    // `movabs $hook,%r11; jmp *%r11`): name the hook's owner instead.
+    if (target && !dladdr((void *)target, &info) && msync((void *)(target & ~(kPage - 1)),
+                                                          kPage, MS_ASYNC) == 0) {
+        uint8_t t[16];
+        code_read((const uint8_t *)target, t, sizeof t);
+        if (t[0] == 0xff && t[1] == 0x25 && !t[2] && !t[3] && !t[4] && !t[5])
+            memcpy(&target, t + 6, 8);
+        else if (t[0] == 0x49 && t[1] == 0xbb && t[10] == 0x41 && t[11] == 0xff && t[12] == 0xe3)
+            memcpy(&target, t + 2, 8);
+    }
     if (target && dladdr((void *)target, &info) && info.dli_fname) {
         const char *f = info.dli_fname;
-        if (strstr(f, "ucm"))
+        if (strstr(f, "libvmtrack"))
+            *owner = std::string("another copy of vmtrack (") + f + ")";
+        else if (strstr(f, "ucm"))
             *owner = std::string("UCX ucm (") + f + ")";
         else if (strstr(f, "open-pal") || strstr(f, "libmpi") || strstr(f, "openmpi"))
             *owner = std::string("the Open MPI patcher (") + f + ")";

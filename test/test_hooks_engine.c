@@ -154,6 +154,19 @@ START_TEST(t_foreign_forms)
     memcpy(buf, c, sizeof c);
     ck_assert(shim_foreign(buf, owner, sizeof owner));
     ck_assert_msg(strstr(owner, "test_hooks_engine"), "owner: %s", owner);
+    /* jmp rel32 to a trampoline in anonymous memory (jmp *0(%rip); .quad target): the owner
+     * is whoever the trampoline leads to */
+    unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                               -1, 0);
+    ck_assert_ptr_ne(page, MAP_FAILED);
+    memset(page, 0x90, 4096);
+    int32_t rel = 64 - 5;
+    page[0] = 0xe9;
+    memcpy(page + 1, &rel, 4);
+    memcpy(page + 64, c, sizeof c);
+    ck_assert(shim_foreign(page, owner, sizeof owner));
+    ck_assert_msg(strstr(owner, "test_hooks_engine"), "owner through a trampoline: %s", owner);
+    munmap(page, 4096);
     /* int3 */
     memset(buf, 0x90, sizeof buf);
     buf[0] = 0xcc;
