@@ -601,15 +601,29 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
                 u0 = e->start.load();
                 u1 = e->end.load();
             } else if (allow_merge) {
+                // The union keeps the rights this device had on what it absorbs, so that
+                // getting one of those ranges again stays a hit.
+                unsigned merged_acc = 0;
+                auto absorb = [&](Entry *x) {
+                    for (Reg *r = x->regs.load(); r; r = r->next.load())
+                        if (r->dev.load() == dev)
+                            merged_acc |= reg_access(r);
+                };
                 Entry *p = static_cast<Entry *>(index_.floor_w(a0));
-                if (p && p->end.load() >= a0)
+                if (p && p->end.load() >= a0) {
                     u0 = p->start.load(), u1 = p->end.load() > u1 ? p->end.load() : u1;
+                    absorb(p);
+                }
                 for (Entry *n = static_cast<Entry *>(index_.ceil_w(a0)); n && n->start.load() <= u1;
-                     n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1)))
+                     n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1))) {
                     if (n->end.load() > u1)
                         u1 = n->end.load();
+                    absorb(n);
+                }
                 if (dev->ops.max_region_bytes && u1 - u0 > dev->ops.max_region_bytes)
                     u0 = a0, u1 = a1;
+                else
+                    acc |= merged_acc;
             }
             mark = inval_count_;
             if (!base && over_limits(dev, 1)) {
@@ -658,6 +672,12 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
         if (rc < 0) {
             if (!base)
                 tracker_->unwatch(u0, u1 - u0, tok);
+            if (rc == -EFAULT && (u0 < a0 || u1 > a1)) {
+                // A neighbour we merged with went away after the mapped check: the request
+                // itself may still be fine.
+                allow_merge = false;
+                continue;
+            }
             return rc;
         }
         registrations_.fetch_add(1, std::memory_order_relaxed);

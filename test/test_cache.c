@@ -326,6 +326,16 @@ START_TEST(merge_and_no_merge)
     ck_assert_uint_eq(s.entries, 1);
     ck_assert_uint_eq(s.merges, 1);
     ck_assert_int_eq(atomic_load(&fx.fake.live), 1);
+    /* A union keeps the rights of what it absorbed: READ on #0, WRITE on #1 touching it, then
+     * READ on #0 again is a hit on the union. */
+    vmt_flush(fx.cache);
+    long before = atomic_load(&fx.fake.regs);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    struct vmt_reg *rw = get_ok(fx.dev, base + page, page, VMT_ACCESS_WRITE);
+    ck_assert_uint_eq(vmt_reg_access(rw), VMT_ACCESS_READ | VMT_ACCESS_WRITE);
+    vmt_put(rw);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&fx.fake.regs), before + 2);
     /* The union is not merged across a hole. */
     munmap(base + 4 * page, page);
     struct vmt_reg *v = get_ok(fx.dev, base + 5 * page, page, VMT_ACCESS_READ);
