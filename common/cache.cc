@@ -52,6 +52,25 @@ size_t default_max_bytes()
     return pages > 0 ? (size_t)pages * page_size() / 2 : (size_t)1 << 32;
 }
 
+// The memo is one 2 MiB block, aligned so that it can be a single huge page: hits land at
+// random in it, and with 4 KiB pages each one would also miss the first-level TLB.
+constexpr size_t kMemoBytes = 2u << 20;
+void *map_memo()
+{
+    void *raw = mmap(nullptr, 2 * kMemoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (raw == MAP_FAILED)
+        return nullptr;
+    uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    uintptr_t aligned = (start + kMemoBytes - 1) & ~(uintptr_t)(kMemoBytes - 1);
+    if (aligned > start)
+        munmap(raw, aligned - start);
+    if (aligned + kMemoBytes < start + 2 * kMemoBytes)
+        munmap(reinterpret_cast<void *>(aligned + kMemoBytes), start + 2 * kMemoBytes - aligned - kMemoBytes);
+    madvise(reinterpret_cast<void *>(aligned), kMemoBytes, MADV_HUGEPAGE);  // a hint; fine if refused
+    return reinterpret_cast<void *>(aligned);
+}
+
 void fork_prepare() { Cache::prepare_fork(); }
 void fork_parent() { Cache::parent_after_fork(); }
 void fork_child() { Cache::child_after_fork(); }
@@ -83,14 +102,14 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
         delete c;
         return rc;
     }
-    void *memo = mmap(nullptr, kMemoSlots * sizeof(MemoSlot), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memo == MAP_FAILED) {
+    void *memo = map_memo();
+    if (!memo) {
         delete c;
         return -ENOMEM;
     }
     c->memo_ = static_cast<MemoSlot *>(memo);
     c->words_ = c->tracker_->words();
+    c->always_valid_ = Tracker::always_valid_words();
     c->caching_ = c->tracker_->caches();
     c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
     c->max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
@@ -273,7 +292,7 @@ namespace {
 // The first slot of the two-slot set for (page, device).
 inline size_t memo_slot(uintptr_t page, const void *dev)
 {
-    return (size_t)(((page ^ ((uintptr_t)dev >> 4)) * 0x9E3779B97F4A7C15ull) >> 50) & ~(size_t)1;
+    return (size_t)(((page ^ ((uintptr_t)dev >> 4)) * 0x9E3779B97F4A7C15ull) >> 49) & ~(size_t)1;
 }
 
 // Orders the hold just published before the re-check that follows; the retirer's membarrier
@@ -309,7 +328,7 @@ __attribute__((always_inline)) inline bool Cache::memo_hit(Device *dev, uintptr_
     std::atomic_thread_fence(std::memory_order_acquire);
     if (m.ver.load(std::memory_order_relaxed) != v)
         return false;
-    if (words_[wh].load(std::memory_order_acquire) != we)
+    if (words_ != always_valid_ && words_[wh].load(std::memory_order_acquire) != we)
         return false;  // the tracker says the pages changed
     HoldKey key = hold_key(r);
     if (__builtin_expect(!hold_add(t, key), 0))

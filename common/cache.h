@@ -173,6 +173,7 @@ private:
     alignas(64) std::atomic<uint64_t> seq_{0};
     std::atomic<uint32_t> tick_{1};
     const std::atomic<uint32_t> *words_ = nullptr;
+    const std::atomic<uint32_t> *always_valid_ = nullptr;  // words_ of trackers without words
     bool caching_ = true;
     unsigned stat_slot_ = ~0u;
     RangeIndex index_;
@@ -196,7 +197,7 @@ private:
         std::atomic<uint32_t> watch_handle;
         std::atomic<uint32_t> watch_expect;
     };
-    static constexpr size_t kMemoSlots = 16384;
+    static constexpr size_t kMemoSlots = 32768;  // 2 MiB (see map_memo)
     MemoSlot *memo_ = nullptr;
     std::atomic<uint32_t> epoch_{1};  // moves at every retirement (under lock_)
 public:

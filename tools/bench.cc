@@ -350,7 +350,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
         Bench tb;
         int trc = tb.open(t, 1024);
         if (trc) {
-            per_tracker.push_back({t, -1, vmt_strerror(trc)});
+            per_tracker.push_back({t, -1, strerror(-trc)});
             tb.close();
             continue;
         }
@@ -432,7 +432,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
            "munmap of a cached 64K: ns");
     for (const auto &u : unmaps) {
         if (u.rc)
-            printf("  %-8s %30s (%s)\n", u.name.c_str(), "not available here", vmt_strerror(u.rc));
+            printf("  %-8s %30s (%s)\n", u.name.c_str(), "not available here", strerror(-u.rc));
         else
             printf("  %-8s %30.0f %26.0f\n", u.name.c_str(), u.added, u.watched);
     }
