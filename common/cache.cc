@@ -934,12 +934,24 @@ size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
 // Slow half of vmt_put: the hold is not in this thread's slots (a put from another thread than
 // the get, a hold that went to the shared counter, or one put too many), or some registration
 // of the process is retired and this one may be it.
+//
+// hold_released: vmt_put already took the hold out of this thread's slots. From then on this
+// put owns nothing: the registration may be reclaimed and reused at any moment, so its state
+// says nothing about this put (only whether a reclaim is due).
 void Cache::put(Reg *r, bool hold_released)
 {
-    uint32_t st = reg_state(r);
     Device *dev = r->dev.load(std::memory_order_relaxed);
     if (dev && dev->forked_away)
         return;  // the parent's registration, put in the child: it stays the parent's
+    if (hold_released) {
+        if (dev && dev->detached.load(std::memory_order_relaxed))
+            misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
+                   dev->name.c_str());
+        if (reg_state(r) != kRegLive)
+            reclaim();
+        return;
+    }
+    uint32_t st = reg_state(r);
     if (st == kRegUncached) {
         int32_t left = r->shared_holds.fetch_sub(1, std::memory_order_acq_rel) - 1;
         if (left < 0) {
@@ -964,18 +976,16 @@ void Cache::put(Reg *r, bool hold_released)
         entries_.free(e);
         return;
     }
-    if (!hold_released) {
-        // Not in this thread's slots: a put by another thread, or once too often.
-        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
-        if (held <= 0) {
-            misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
-            return;
-        }
-        r->shared_holds.fetch_sub(1, std::memory_order_acq_rel);
+    // Not in this thread's slots: a put by another thread, or once too often.
+    int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+    if (held <= 0) {
+        misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
+        return;
     }
-    if (st == kRegDead)
+    if (st == kRegDead)  // still held by us, so this state is real: detach came first
         misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
                dev ? dev->name.c_str() : "?");
+    r->shared_holds.fetch_sub(1, std::memory_order_acq_rel);
     publish_fence();
     if (reg_state(r) != kRegLive)
         reclaim();
