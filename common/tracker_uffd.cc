@@ -22,6 +22,7 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -130,6 +131,7 @@ private:
     void stop();
     void unregister_uncovered(uintptr_t s, uintptr_t e);
     static uintptr_t mapping_end(uintptr_t addr);
+    static void wait_zapped(const uintptr_t (*r)[2], int n);
 
     TrackerSink *sink_;
     int uffd_ = -1;
@@ -145,10 +147,9 @@ private:
     size_t n_ = 0, cap_ = 0;
 
     std::atomic<uint64_t> events_{0}, faults_{0};
-    // Try UFFDIO_REGISTER_MODE_WP first? Off: with it the stress saw 1 stale write in 6 runs
-    // (0 in 8 with MISSING). Likely the REMOVE-before-zap window below made wider by timing,
-    // not WP itself; kept for the Linux 6.1 io_uring case (doc/scenarios.md) once that is
-    // understood.
+    // Try UFFDIO_REGISTER_MODE_WP first? Off: with it the stress saw 1 stale write in 6 runs,
+    // and still 1 in 10 with the REMOVE wait (0 in 18 runs with MISSING). Not understood yet;
+    // kept for the Linux 6.1 io_uring case (doc/scenarios.md).
     std::atomic<bool> wp_ok_{false};
     std::atomic<uint64_t> missing_regs_{0};      // ranges that needed MISSING mode
     mutable double unmap_watched_us_ = -1, unmap_plain_us_ = -1;
@@ -238,10 +239,11 @@ void UffdTracker::monitor()
 
 // Pause hits, read every pending message, invalidate, resume; then serve page faults.
 // Unmapping threads are released by the read itself, so hits are paused before it.
-// Known gap: the kernel sends REMOVE (madvise DONTNEED/FREE/REMOVE) *before* it zaps the
-// pages, and the madvising thread zaps only after this read. A miss that registers the range
-// between resume_hits() and that zap pins pages that are about to leave the mapping (stale).
-// UNMAP and REMAP are sent after the change and have no such window.
+// The kernel sends REMOVE (madvise DONTNEED/FREE/REMOVE) *before* it zaps the pages, and the
+// madvising thread zaps only after this read: a miss that registered the range between
+// resume_hits() and that zap would pin pages about to leave the mapping. So REMOVE ranges stay
+// "unmap in flight" until the zap looks done (wait_zapped: a bounded heuristic). UNMAP and
+// REMAP are sent after the change and have no such window.
 void UffdTracker::drain()
 {
     constexpr int kBatch = 32;
@@ -250,6 +252,8 @@ void UffdTracker::drain()
     int nfaults = 0;
     uintptr_t moved_to[kBatch];
     int nmoved = 0;
+    uintptr_t removed[kBatch][2];
+    int nremoved = 0;
     bool changed = false;
     sink_->pause_hits();
     for (;;) {
@@ -266,6 +270,11 @@ void UffdTracker::drain()
             case UFFD_EVENT_REMOVE:
                 events_.fetch_add(1, std::memory_order_relaxed);
                 sink_->invalidate(m.arg.remove.start, m.arg.remove.end - m.arg.remove.start);
+                if (m.event == UFFD_EVENT_REMOVE && nremoved < kBatch) {
+                    removed[nremoved][0] = m.arg.remove.start;
+                    removed[nremoved][1] = m.arg.remove.end;
+                    nremoved++;
+                }
                 changed = true;
                 break;
             case UFFD_EVENT_REMAP:
@@ -290,8 +299,18 @@ void UffdTracker::drain()
             break;
     }
     sink_->resume_hits();
+    // REMOVE came before the zap (see above): keep those ranges "unmap in flight" (misses on
+    // them wait, anything cached since resume_hits is dropped again) until the zap looks done.
+    // (Not inside the paused section: pause_hits holds the lock unmap_begin takes.)
+    for (int i = 0; i < nremoved; i++)
+        sink_->unmap_begin(removed[i][0], removed[i][1] - removed[i][0]);
     for (int i = 0; i < nfaults; i++)
         resolve_fault(faults[i]);
+    if (nremoved) {
+        wait_zapped(removed, nremoved);
+        for (int i = 0; i < nremoved; i++)
+            sink_->unmap_end(removed[i][0], removed[i][1] - removed[i][0]);
+    }
     // No sink_->reap() here (it would unwatch dropped ranges sooner): a device's dereg may
     // unmap a watched range, and that thread would then wait for this one while this one
     // waits for the cache's reclaim lock.
@@ -307,6 +326,34 @@ void UffdTracker::drain()
         pthread_mutex_lock(&mu_);
         unregister_uncovered(moved_to[i], end);
         pthread_mutex_unlock(&mu_);
+    }
+}
+
+// Wait (at most kZapWaitNs) until sampled pages of each removed range read non-resident in
+// mincore(): the madvising thread has zapped them. Pages that were never present give no
+// signal, so wait at least kZapMinNs as well. A heuristic: userspace cannot see the zap.
+void UffdTracker::wait_zapped(const uintptr_t (*r)[2], int n)
+{
+    constexpr double kZapWaitNs = 2e6, kZapMinNs = 50e3;
+    constexpr int kSamples = 32;
+    double t0 = now_ns();
+    for (;;) {
+        bool done = true;
+        for (int i = 0; i < n && done; i++) {
+            uintptr_t pages = (r[i][1] - r[i][0]) / 4096;
+            for (int k = 0; k < kSamples && done; k++) {
+                uintptr_t pg = pages <= 1 ? 0 : (uintptr_t)k * (pages - 1) / (kSamples - 1);
+                unsigned char v = 0;
+                if (mincore((void *)(r[i][0] + pg * 4096), 4096, &v) == 0 && (v & 1))
+                    done = false;
+                if (pages <= 1)
+                    break;
+            }
+        }
+        double t = now_ns() - t0;
+        if ((done && t >= kZapMinNs) || t >= kZapWaitNs)
+            return;
+        sched_yield();
     }
 }
 
