@@ -544,11 +544,15 @@ std::string UffdTracker::describe() const
               : "mode: userfaultfd (kernel-mode faults are served too)\n";
     d += "events: UNMAP REMAP REMOVE, read by one monitor thread that pauses hits while it "
          "invalidates\n";
-    d += missing_regs_.load() == 0
-             ? "registration: write-protect mode, nothing ever write-protected: no page fault "
-               "reaches the monitor\n"
-             : "registration: MISSING mode for some ranges (the kernel refused write-protect "
-               "mode there): their first touches go through the monitor\n";
+    if (!wp_ok_.load())
+        d += "registration: MISSING mode: first touches of pages not present in a cached range "
+             "are served by the monitor (zero page)\n";
+    else if (missing_regs_.load() == 0)
+        d += "registration: write-protect mode, nothing ever write-protected: no page fault "
+             "reaches the monitor\n";
+    else
+        d += "registration: MISSING mode for some ranges (the kernel refused write-protect "
+             "mode there): their first touches go through the monitor\n";
     d += "catches: munmap, mremap, madvise(DONTNEED/FREE/REMOVE), mmap(MAP_FIXED) over, brk "
          "shrink, free()/realloc inside libc, raw system calls\n";
     d += "misses: shmat(SHM_REMAP) over a cached range (no event from the kernel); cannot "
