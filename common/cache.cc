@@ -907,12 +907,13 @@ size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
     inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
     inval_count_++;
     size_t n = 0;
+    // Cached ranges never overlap, so the one starting last before `end` overlaps
+    // [start, end) if any does: one walk decides the common case, nothing cached there.
+    Entry *last = static_cast<Entry *>(index_.floor_w(end - 1));
+    if (!last || last->end.load(std::memory_order_relaxed) <= start)
+        return 0;
     Entry *p = static_cast<Entry *>(index_.floor_w(start));
     bool first_overlaps = p && p->end.load(std::memory_order_relaxed) > start;
-    Entry *next = static_cast<Entry *>(index_.ceil_w(start));
-    bool next_overlaps = next && next->start.load(std::memory_order_relaxed) < end;
-    if (!first_overlaps && !next_overlaps)
-        return 0;
     write_begin();
     if (first_overlaps) {
         remove_entry(p);
