@@ -1115,6 +1115,12 @@ void Cache::after_invalidation(size_t removed, uintptr_t start, size_t len) noex
 {
     if (removed)
         invalidations_.fetch_add(removed, std::memory_order_relaxed);
+    // Inside pause_hits the index lock is held: subscribers hear of it at resume_hits, so that
+    // they may call into vmtrack. A full queue is delivered as it is (rare, and still correct).
+    if (t_paused == this && nsubs_ && paused_events_count_ < kMaxPausedEvents) {
+        paused_events_[paused_events_count_++] = Range{start, start + len, 0};
+        return;
+    }
     notify_subscribers(start, len);
 }
 
@@ -1176,7 +1182,14 @@ void Cache::resume_hits() noexcept
 {
     write_end();
     t_paused = nullptr;
+    Range events[kMaxPausedEvents];
+    int n = paused_events_count_;
+    for (int i = 0; i < n; i++)
+        events[i] = paused_events_[i];
+    paused_events_count_ = 0;
     lock_.unlock();
+    for (int i = 0; i < n; i++)
+        notify_subscribers(events[i].start, events[i].end - events[i].start);
 }
 
 int Cache::invalidate_manual(uintptr_t start, size_t len)

@@ -229,6 +229,9 @@ private:
     struct Range { uintptr_t start, end; int depth; };
     Range unmaps_[kMaxUnmapsInFlight] {};
     int unmaps_count_ = 0;
+    static constexpr int kMaxPausedEvents = 64;
+    Range paused_events_[kMaxPausedEvents] {};  // subscriber events held back by pause_hits
+    int paused_events_count_ = 0;
     static constexpr unsigned kInvalLog = 64;
     Range inval_log_[kInvalLog] {};
     uint64_t inval_count_ = 0;

@@ -34,6 +34,7 @@ public:
     // resume_hits no vmt_get completes a hit or inserts an entry (they wait), so a monitor can
     // read events and invalidate before the thread that caused them can look the range up.
     // Keep the paused section short (read events, invalidate, resume); do not nest.
+    // Subscribers (vmt_subscribe) hear of what was invalidated meanwhile at resume_hits.
     virtual void pause_hits() noexcept = 0;
     virtual void resume_hits() noexcept = 0;
 
