@@ -134,6 +134,16 @@ START_TEST(test_stress)
         ck_assert_msg(r.stale == 0, "%lu stale writes before the uffd issue", r.stale);
         return;
     }
+    /* Known, not ours either: on Linux 6.1 (the guest's kernel) io_uring cannot pin pages that
+     * are not present inside a range the uffd tracker registered, so a get fails with EFAULT
+     * (doc/scenarios.md, "What the suite found"). Stale writes are still checked. */
+    if (!strcmp(g_variant, "vmtrack:uffd") && WIFEXITED(wst) && r.errors &&
+        !strncmp(r.detail, "get(", 4) && strstr(r.detail, "Bad address")) {
+        printf("  stress: NOT CHECKED with uffd: %s (known uffd tracker issue: io_uring of this "
+               "kernel cannot pin non-present pages in a uffd-registered range)\n", r.detail);
+        ck_assert_msg(r.stale == 0, "%lu stale writes before the uffd issue", r.stale);
+        return;
+    }
     ck_assert_msg(WIFEXITED(wst), "the stress child died (signal %d)",
                   WIFSIGNALED(wst) ? WTERMSIG(wst) : 0);
     if (ret == -ENOTSUP || ret == -ENODEV) {
