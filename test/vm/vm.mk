@@ -20,6 +20,9 @@ VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540
 
 check-vm: kmod test/kmod/kmod_contract$(EXEEXT) test/kmod/kmod_bench$(EXEEXT) \
-	  test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT)
+	  test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) test/test_verbs$(EXEEXT)
 	$(VM_RUN) --timeout $(VM_TIMEOUT) --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
 	  $(SHELL) $(abs_top_srcdir)/test/vm/check-vm.sh $(abs_top_builddir) $(abs_top_srcdir)
+	@echo "==== the verbs device on soft-RoCE (skips on the host: no RDMA device there)"
+	$(VM_RUN) --rxe --timeout 600 --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
+	  $(abs_top_builddir)/test/test_verbs
