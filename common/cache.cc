@@ -474,7 +474,8 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     ThreadRecord *t = thread_record();
     if (!t)
         return -ENOMEM;
-    if (memo_hit(dev, a, end, access, t, out) || hit(dev, a, end, access, t, out))
+    // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
+    if (hit(dev, a, end, access, t, out))
         return 0;
     return miss(dev, a0, a1, access, out);
 }
