@@ -7,13 +7,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <mutex>
 #include <new>
 
 namespace vmt {
 
-std::atomic<bool> g_readers_fence{false};
-std::atomic<long> g_retired_regs{0};
+__attribute__((visibility("hidden"))) std::atomic<bool> g_readers_fence{false};
+__attribute__((visibility("hidden"))) std::atomic<long> g_retired_regs{0};
 __thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
@@ -33,6 +34,16 @@ void on_thread_exit(void *p)
 
 void make_key() { pthread_key_create(&g_exit_key, on_thread_exit); }
 
+// From here on readers fence themselves. This is decided when the first thread record is made,
+// before any memo slot can be filled: the memo is never filled in this mode, which is how
+// vmt_get's memo path knows nothing of it. The fast put checks only g_retired_regs, so it gets
+// a permanent bias of one: every put then takes the slow path, which fences.
+void readers_must_fence()
+{
+    if (!g_readers_fence.exchange(true))
+        g_retired_regs.fetch_add(1);
+}
+
 bool record_empty(const ThreadRecord *r)
 {
     for (const auto &s : r->slots)
@@ -49,7 +60,7 @@ void membarrier_setup()
     bool ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
               syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
     if (!ok)
-        g_readers_fence.store(true);
+        readers_must_fence();
     g_membarrier_state.store(ok ? 1 : -1);
 }
 
@@ -102,15 +113,46 @@ int64_t holds_in_threads(HoldKey id) noexcept
     return sum;
 }
 
+namespace {
+// A full barrier on every CPU that runs a thread of this process, without membarrier: taking
+// write permission away from a page this process has written makes the kernel shoot down its
+// TLB entries on every such CPU with an interrupt, which serialises each of them.
+bool protection_barrier()
+{
+    static std::mutex lock;
+    static char *page = nullptr;
+    std::lock_guard<std::mutex> g(lock);
+    if (!page) {
+        void *p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return false;
+        page = static_cast<char *>(p);
+    }
+    if (mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0)
+        return false;
+    *reinterpret_cast<volatile char *>(page) = 1;  // a present, dirty page: the shootdown is real
+    return mprotect(page, 4096, PROT_READ) == 0;
+}
+}  // namespace
+
 void reader_barrier() noexcept
 {
     membarrier_setup();
-    if (g_membarrier_state.load(std::memory_order_relaxed) == 1 &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+    if (g_readers_fence.load(std::memory_order_relaxed)) {
+        // Readers fence themselves in this mode (decided once, before any hit could skip the
+        // fence); this side needs only its own fence.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
         return;
-    // Readers fence themselves in this mode; this side needs only its own fence.
-    g_readers_fence.store(true);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    // Readers rely on this barrier: it must not fail. membarrier fails only when the kernel
+    // cannot allocate a CPU mask; the protection barrier is the fallback; both are retried.
+    for (unsigned attempt = 0;; attempt++) {
+        if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+            return;
+        if (protection_barrier())
+            return;
+        usleep(attempt < 10 ? 100 : 10000);
+    }
 }
 
 void holds_lock_for_fork() noexcept { g_records_lock.lock(); }
@@ -124,27 +166,31 @@ void holds_after_fork_child() noexcept
             s.store(0, std::memory_order_relaxed);
         for (auto &h : r->hits)
             h.store(0, std::memory_order_relaxed);
+        for (auto &h : r->tree_hits)
+            h.store(0, std::memory_order_relaxed);
         if (r != t_record)
             r->owned.store(false);
     }
-    g_retired_regs.store(0);
+    g_retired_regs.store(g_readers_fence.load() ? 1 : 0);
     // membarrier registration belongs to the parent's mm.
     g_membarrier_state.store(0);
     membarrier_setup();
 }
 
-uint64_t hits_in_threads(unsigned slot) noexcept
+uint64_t hits_in_threads(unsigned slot, bool tree) noexcept
 {
     uint64_t sum = 0;
     for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next)
-        sum += r->hits[slot].load(std::memory_order_relaxed);
+        sum += (tree ? r->tree_hits : r->hits)[slot].load(std::memory_order_relaxed);
     return sum;
 }
 
 void hits_clear_slot(unsigned slot) noexcept
 {
-    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next)
+    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next) {
         r->hits[slot].store(0, std::memory_order_relaxed);
+        r->tree_hits[slot].store(0, std::memory_order_relaxed);
+    }
 }
 
 }  // namespace vmt

@@ -25,9 +25,10 @@ constexpr unsigned kHoldProbe = 4;       // slots looked at per id
 constexpr unsigned kFastStatCaches = 8;  // caches whose hits are counted per thread
 
 struct alignas(64) ThreadRecord {
-    // (key << kCountBits) | count, key = the registration's address / 8; 0 is an empty slot.
+    // key | count, key = the registration's address; free when count is 0.
     std::atomic<uint64_t> slots[kHoldSlots];
-    std::atomic<uint64_t> hits[kFastStatCaches];
+    std::atomic<uint64_t> hits[kFastStatCaches];       // answered by the memo
+    std::atomic<uint64_t> tree_hits[kFastStatCaches];  // answered by a walk of the index
     ThreadRecord *next = nullptr;        // in the list of all records; never unlinked
     std::atomic<bool> owned{false};      // a live thread uses it
 };
@@ -41,46 +42,51 @@ inline ThreadRecord *thread_record() noexcept
     return __builtin_expect(r != nullptr, 1) ? r : thread_record_slow();
 }
 
-// A hold is keyed by the registration's address: user-space addresses on x86-64 fit in 47
-// bits and registrations are 8-byte aligned, so key and a 20-bit count share one word.
-constexpr unsigned kCountBits = 20;
+// A hold is keyed by the registration's address, which is 8-byte aligned: the slot holds the
+// address with the count (1..7) in its low bits. More holds of one registration by one thread
+// take more slots (or the shared counter).
+constexpr unsigned kCountBits = 3;
 constexpr int32_t kMaxSlotCount = (1 << kCountBits) - 1;
 using HoldKey = uint64_t;
-inline HoldKey hold_key(const void *reg) { return (uint64_t)(uintptr_t)reg >> 3; }
-inline HoldKey slot_id(uint64_t s) { return s >> kCountBits; }
+inline HoldKey hold_key(const void *reg) { return (uint64_t)(uintptr_t)reg; }
+inline HoldKey slot_id(uint64_t s) { return s & ~(uint64_t)kMaxSlotCount; }
 inline int32_t slot_count(uint64_t s) { return (int32_t)(s & kMaxSlotCount); }
-inline uint64_t make_slot(HoldKey id, int32_t count) { return (id << kCountBits) | (uint64_t)count; }
-inline unsigned slot_home(HoldKey id) { return (unsigned)((id * 0x9E3779B97F4A7C15ull) >> 59); }  // 0..31
+inline uint64_t make_slot(HoldKey id, int32_t count) { return id | (uint64_t)count; }
+// Registrations are pool objects a few words apart, so the low bits of the address spread well.
+inline unsigned slot_home(HoldKey id) { return (unsigned)(id >> kCountBits) & (kHoldSlots - 1); }
 
 // Adds one hold of `id` to this thread's slots; false if no slot is free (use the shared
-// counter then). The home slot is tried first: that is the common case and stays cheap.
-inline bool hold_add(ThreadRecord *t, HoldKey id) noexcept
+// counter then). A slot whose count is 0 is free, whatever key it still shows: that way a put
+// only decrements. The home slot is tried first: that is the common case and stays cheap.
+inline bool hold_add_probe(ThreadRecord *t, HoldKey id) noexcept
 {
     unsigned h = slot_home(id);
-    uint64_t s = t->slots[h].load(std::memory_order_relaxed);
-    if (__builtin_expect(s == 0, 1)) {
-        t->slots[h].store(make_slot(id, 1), std::memory_order_relaxed);
-        return true;
-    }
-    if (slot_id(s) == id && slot_count(s) < kMaxSlotCount) {
-        t->slots[h].store(make_slot(id, slot_count(s) + 1), std::memory_order_relaxed);
-        return true;
-    }
     int free_at = -1;
-    for (unsigned k = 1; k < kHoldProbe; k++) {
+    for (unsigned k = 0; k < kHoldProbe; k++) {
         unsigned i = (h + k) & (kHoldSlots - 1);
-        s = t->slots[i].load(std::memory_order_relaxed);
-        if (slot_id(s) == id && slot_count(s) < kMaxSlotCount) {
-            t->slots[i].store(make_slot(id, slot_count(s) + 1), std::memory_order_relaxed);
+        uint64_t s = t->slots[i].load(std::memory_order_relaxed);
+        if (slot_id(s) == id && slot_count(s) > 0 && slot_count(s) < kMaxSlotCount) {
+            t->slots[i].store(s + 1, std::memory_order_relaxed);
             return true;
         }
-        if (s == 0 && free_at < 0)
+        if (slot_count(s) == 0 && free_at < 0)
             free_at = (int)i;
     }
     if (free_at < 0)
         return false;
     t->slots[free_at].store(make_slot(id, 1), std::memory_order_relaxed);
     return true;
+}
+
+inline bool hold_add(ThreadRecord *t, HoldKey id) noexcept
+{
+    unsigned h = slot_home(id);
+    uint64_t s = t->slots[h].load(std::memory_order_relaxed);
+    if (__builtin_expect(slot_count(s) == 0, 1)) {
+        t->slots[h].store(make_slot(id, 1), std::memory_order_relaxed);
+        return true;
+    }
+    return hold_add_probe(t, id);
 }
 
 // Removes one hold of `id` from this thread's slots; false if this thread has none there.
@@ -90,9 +96,9 @@ inline bool hold_remove(ThreadRecord *t, HoldKey id) noexcept
     for (unsigned k = 0; k < kHoldProbe; k++) {
         unsigned i = (h + k) & (kHoldSlots - 1);
         uint64_t s = t->slots[i].load(std::memory_order_relaxed);
-        if (__builtin_expect(slot_id(s) == id && slot_count(s) > 0, 1)) {
-            int32_t c = slot_count(s) - 1;
-            t->slots[i].store(c ? make_slot(id, c) : 0, std::memory_order_relaxed);
+        // One compare: the key matches and the count is at least 1.
+        if (__builtin_expect(s - make_slot(id, 1) < (uint64_t)kMaxSlotCount, 1)) {
+            t->slots[i].store(s - 1, std::memory_order_relaxed);
             return true;
         }
     }
@@ -103,7 +109,7 @@ inline bool hold_remove(ThreadRecord *t, HoldKey id) noexcept
 int64_t holds_in_threads(HoldKey id) noexcept;
 
 // Whether readers must fence themselves (membarrier unavailable).
-extern std::atomic<bool> g_readers_fence;
+extern std::atomic<bool> g_readers_fence __attribute__((visibility("hidden")));
 
 // A full memory barrier on every running thread of the process.
 void reader_barrier() noexcept;
@@ -115,10 +121,10 @@ void holds_unlock_after_fork_parent() noexcept;
 
 // Registrations retired but not yet freed, in every cache of the process. While it is 0 a
 // put needs nothing but its own thread's slot.
-extern std::atomic<long> g_retired_regs;
+extern std::atomic<long> g_retired_regs __attribute__((visibility("hidden")));
 
-// Hits of all threads for fast-stat cache slot `slot`.
-uint64_t hits_in_threads(unsigned slot) noexcept;
+// Hits of all threads for fast-stat cache slot `slot`: memo hits, or tree hits.
+uint64_t hits_in_threads(unsigned slot, bool tree) noexcept;
 void hits_clear_slot(unsigned slot) noexcept;
 
 }  // namespace vmt
