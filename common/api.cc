@@ -36,10 +36,11 @@ void print_stats_at_exit()
     s.sz = sizeof s;
     g_shared->stats(&s);
     fprintf(stderr,
-            "vmtrack: shared cache (tracker %s): %llu hits, %llu misses, %llu registrations, "
+            "vmtrack: shared cache (tracker %s): %llu hits (%llu from the memo), %llu misses, %llu registrations, "
             "%llu deregistrations, %llu invalidations, %llu evictions, %llu entries, "
             "%llu bytes registered, %llu uncached, %llu merges, %llu upgrades, %llu deferred\n",
-            g_shared->tracker_name(), (unsigned long long)s.hits, (unsigned long long)s.misses,
+            g_shared->tracker_name(), (unsigned long long)s.hits, (unsigned long long)s.memo_hits,
+            (unsigned long long)s.misses,
             (unsigned long long)s.registrations, (unsigned long long)s.deregistrations,
             (unsigned long long)s.invalidations, (unsigned long long)s.evictions,
             (unsigned long long)s.entries, (unsigned long long)s.bytes_registered,

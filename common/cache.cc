@@ -200,7 +200,14 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
         }
     }
     fresh->cache = this;
-    fresh->slow_only.store(!caching_);
+    fresh->memo = memo_;
+    fresh->check_words = words_ != always_valid_;
+    if (stat_slot_ < kFastStatCaches)
+        fresh->hits_offset = (uint32_t)(offsetof(ThreadRecord, hits) + stat_slot_ * sizeof(uint64_t));
+    // Devices past kMaxMemoDevices (in one cache's life), and those of caches past the first
+    // kFastStatCaches (whose hits are counted in a shared counter), are served by the tree.
+    if (caching_ && stat_slot_ < kFastStatCaches && next_memo_device_ <= kMaxMemoDevices)
+        fresh->memo_tag.store(next_memo_device_++ << kMemoTagShift);
     memcpy(&fresh->ops, ops, ops->sz < sizeof fresh->ops ? ops->sz : sizeof fresh->ops);
     fresh->ops.sz = sizeof fresh->ops;
     fresh->ctx = ctx;
@@ -225,7 +232,7 @@ void Cache::detach(Device *dev)
             return;
         write_begin();
         dev->detached.store(true);
-        dev->slow_only.store(true);
+        dev->memo_tag.store(kNoMemo);
         for (Entry *e = lru_head_, *next; e; e = next) {
             next = e->lru_next;
             Reg *keep = nullptr, *r = e->regs.load(std::memory_order_relaxed);
@@ -289,11 +296,12 @@ void Cache::take_hold(ThreadRecord *t, Reg *r) noexcept
 }
 
 namespace {
-// The first slot of the two-slot set for (page, device).
-inline size_t memo_slot(uintptr_t page, const void *dev)
+// The first slot of the two-slot set for a memo tag.
+inline size_t memo_set(uint64_t tag)
 {
-    return (size_t)(((page ^ ((uintptr_t)dev >> 4)) * 0x9E3779B97F4A7C15ull) >> 49) & ~(size_t)1;
+    return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> 50) * 2;
 }
+}  // namespace
 
 // Orders the hold just published before the re-check that follows; the retirer's membarrier
 // is the other half. Where membarrier is missing, the reader pays for a real fence.
@@ -305,85 +313,143 @@ inline void publish_fence()
         std::atomic_signal_fence(std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_acquire);
 }
-}  // namespace
 
-// The common hit: one memo set (two slots), no tree walk, nothing shared written.
-__attribute__((always_inline)) inline bool Cache::memo_hit(Device *dev, uintptr_t addr,
-                                                          uintptr_t end, unsigned access,
-                                                          ThreadRecord *t, Reg **out) noexcept
+// The common hit: one memo slot, no tree walk, nothing shared written. Everything that makes a
+// device or a cache unfit for it (detached, forked away, not caching) is folded into the
+// device's memo tag, so that it costs nothing here. Returns the registration, kMemoMiss, or,
+// in rare cases that vmt_get hands to get_rare: kMemoProbe (the hold's home slot is taken, or
+// the second way of the set is to be looked at) or
+// the registration | kMemoBackout (a retirement raced the hit: the hold must be taken back).
+// vmt_get has its own copy of this, flattened so that its common path is a leaf.
+constexpr uintptr_t kMemoMiss = 0, kMemoProbe = 2, kMemoBackout = 1;
+
+uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
+                                     ThreadRecord *t) noexcept
 {
-    uint32_t epoch = epoch_.load(std::memory_order_acquire);
-    uintptr_t page = addr >> 12;
-    const MemoSlot *set = &memo_[memo_slot(page, dev)];
-    const MemoSlot &m = set[set[0].page.load(std::memory_order_relaxed) == page ? 0 : 1];
-    uint32_t v = m.ver.load(std::memory_order_acquire);
-    if ((v & 1) || m.epoch.load(std::memory_order_relaxed) != epoch ||
-        m.page.load(std::memory_order_relaxed) != page || m.dev.load(std::memory_order_relaxed) != dev ||
-        m.end.load(std::memory_order_relaxed) < end ||
-        (m.access.load(std::memory_order_relaxed) & access) != access)
-        return false;
-    Reg *r = m.reg.load(std::memory_order_relaxed);
-    uint32_t wh = m.watch_handle.load(std::memory_order_relaxed);
-    uint32_t we = m.watch_expect.load(std::memory_order_relaxed);
+    if (g_readers_fence.load(std::memory_order_relaxed))
+        return kMemoMiss;  // the tree path fences
+    uint64_t tag = (addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed);
+    uint64_t epoch = epoch_.load(std::memory_order_acquire);
+    const MemoSlot *m = &memo_[memo_set(tag)];
+    if (m->tag.load(std::memory_order_relaxed) != tag)
+        m++;
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (m.ver.load(std::memory_order_relaxed) != v)
-        return false;
-    if (words_ != always_valid_ && words_[wh].load(std::memory_order_acquire) != we)
-        return false;  // the tracker says the pages changed
-    HoldKey key = hold_key(r);
-    if (__builtin_expect(!hold_add(t, key), 0))
-        return false;  // no free slot: the tree path takes the shared counter
-    publish_fence();
-    if (__builtin_expect(epoch_.load(std::memory_order_acquire) != epoch, 0)) {
-        hold_remove(t, key);
-        if (reg_state(r) != kRegLive)
-            reclaim();
-        return false;
-    }
-    if (stat_slot_ < kFastStatCaches) {
-        uint64_t h = t->hits[stat_slot_].load(std::memory_order_relaxed) + 1;
-        t->hits[stat_slot_].store(h, std::memory_order_relaxed);
-        // Recency for LRU, sampled so that steady hits do not touch the entry's line.
-        if ((h & 15) == 0) {
-            Entry *e = m.entry.load(std::memory_order_relaxed);
-            uint32_t tick = tick_.load(std::memory_order_relaxed);
-            if (e->last_use.load(std::memory_order_relaxed) != tick)
-                e->last_use.store(tick, std::memory_order_relaxed);
-        }
-    } else {
-        hits_shared_.fetch_add(1, std::memory_order_relaxed);
-    }
-    *out = r;
-    return true;
+    uint64_t stamp = m->stamp.load(std::memory_order_acquire);
+    if ((uint32_t)stamp != (uint32_t)epoch || m->tag.load(std::memory_order_relaxed) != tag ||
+        m->end.load(std::memory_order_relaxed) < end ||
+        (access & m->denied.load(std::memory_order_relaxed)))
+        return kMemoMiss;
+    if (words_ != always_valid_ &&
+        words_[m->watch_handle.load(std::memory_order_relaxed)].load(std::memory_order_acquire) !=
+            m->watch_expect.load(std::memory_order_relaxed))
+        return kMemoMiss;  // the tracker says the pages changed (or a torn read: see below)
+    Reg *r = m->reg.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (m->stamp.load(std::memory_order_relaxed) != stamp)
+        return kMemoMiss;
+    if (!hold_add(t, hold_key(r)))
+        return kMemoMiss;  // no free slot: the tree path takes the shared counter
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h; fencing readers left above
+    if (epoch_.load(std::memory_order_acquire) != epoch)
+        return reinterpret_cast<uintptr_t>(r) | kMemoBackout;
+    count_memo_hit(t->hits[stat_slot_], m);
+    return reinterpret_cast<uintptr_t>(r);
 }
 
-void Cache::memo_fill(uint32_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+// Only caches with a per-thread hit counter use the memo (see attach).
+inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept
 {
-    // Of the set's two slots, take the one already holding this page, else one that is stale,
+#if defined(__x86_64__)
+    // Only this thread writes its counter; other threads read it (stats). One add to memory
+    // is a single-copy-atomic write on x86-64, and one instruction instead of three.
+    uint64_t *raw = reinterpret_cast<uint64_t *>(&hits);
+    asm volatile("addq $1, %0" : "+m"(*raw));
+    bool sample = (hits.load(std::memory_order_relaxed) & 15) == 0;
+#else
+    uint64_t h = hits.load(std::memory_order_relaxed) + 1;
+    hits.store(h, std::memory_order_relaxed);
+    bool sample = (h & 15) == 0;
+#endif
+    // Recency for LRU, sampled so that steady hits do not touch the entry's line. The entry is
+    // read outside the stamp check: it is only a hint, and entries are never unmapped, so at
+    // worst another entry looks recently used.
+    if (__builtin_expect(sample, 0)) {
+        Entry *e = m->entry.load(std::memory_order_relaxed);
+        uint32_t tick = tick_.load(std::memory_order_relaxed);
+        if (e && e->last_use.load(std::memory_order_relaxed) != tick)
+            e->last_use.store(tick, std::memory_order_relaxed);
+    }
+}
+
+void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+{
+    uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
+    uintptr_t page = addr >> 12;
+    // Page 0 is never memoized, so that vmt_get(NULL, ...) cannot hit.
+    if (dev_tag == kNoMemo || page == 0 || (epoch & 1) ||
+        g_readers_fence.load(std::memory_order_relaxed))
+        return;
+    uint64_t tag = page | dev_tag;
+    // Of the set's two slots, take the one already holding this tag, else one that is stale,
     // else the second (the first keeps the older, still valid page).
-    MemoSlot *set = &memo_[memo_slot(addr >> 12, dev)];
+    MemoSlot *set = &memo_[memo_set(tag)];
     int way = 1;
     for (int w = 0; w < 2; w++)
-        if (set[w].page.load(std::memory_order_relaxed) == addr >> 12 ||
-            set[w].epoch.load(std::memory_order_relaxed) != epoch) {
+        if (set[w].tag.load(std::memory_order_relaxed) == tag ||
+            (uint32_t)set[w].stamp.load(std::memory_order_relaxed) != (uint32_t)epoch) {
             way = w;
             break;
         }
     MemoSlot &m = set[way];
-    uint32_t v = m.ver.load(std::memory_order_relaxed);
-    if ((v & 1) || !m.ver.compare_exchange_strong(v, v + 1, std::memory_order_acquire))
+    uint64_t old = m.stamp.load(std::memory_order_relaxed);
+    if (old & 1)
         return;  // another thread is filling it
+    uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
+    if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_acq_rel))
+        return;
+    // The epoch read before the lookup must still be the current one, all 64 bits of it: a
+    // filler stopped for 2^31 retirements must not bring back a slot from before the wrap.
+    if (epoch_.load(std::memory_order_seq_cst) != epoch) {
+        m.stamp.compare_exchange_strong(writing, writing & ~0xffffffffull, std::memory_order_release);
+        return;
+    }
     std::atomic_thread_fence(std::memory_order_release);
-    m.epoch.store(epoch, std::memory_order_relaxed);
-    m.page.store(addr >> 12, std::memory_order_relaxed);
-    m.dev.store(dev, std::memory_order_relaxed);
+    m.tag.store(tag, std::memory_order_relaxed);
     m.reg.store(r, std::memory_order_relaxed);
+    m.hold.store(make_slot(hold_key(r), 1), std::memory_order_relaxed);
     m.entry.store(e, std::memory_order_relaxed);
     m.end.store(e->end.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    m.access.store(reg_access(r), std::memory_order_relaxed);
+    m.denied.store(~reg_access(r), std::memory_order_relaxed);
     m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    m.ver.store(v + 2, std::memory_order_release);
+    // Fails (and leaves the slot invalid) if clear_memo went over it meanwhile.
+    m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release);
+}
+
+// Under lock_. Memo slots filled before this moment stop being valid.
+void Cache::move_epoch() noexcept
+{
+    uint64_t next = epoch_.load(std::memory_order_relaxed) + 2;
+    if ((uint32_t)next == 0) {
+        // The low half wraps: slots from 2^31 retirements ago would look valid again. Close
+        // the memo (an odd epoch matches no slot), invalidate every slot, then reopen.
+        epoch_.store(next - 1, std::memory_order_seq_cst);
+        clear_memo();
+        next += 2;
+        memo_wraps_.fetch_add(1, std::memory_order_relaxed);
+    }
+    epoch_.store(next, std::memory_order_release);
+}
+
+void Cache::clear_memo() noexcept
+{
+    for (size_t i = 0; i < kMemoSlots; i++) {
+        uint64_t s = memo_[i].stamp.load(std::memory_order_relaxed);
+        // A new fill count and epoch 0 (never valid); a filler in progress fails to publish.
+        while (!memo_[i].stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32,
+                                                     std::memory_order_acq_rel)) {
+        }
+    }
 }
 
 // The hit through the tree, under the sequence count; fills the memo for next time.
@@ -391,7 +457,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
                 Reg **out) noexcept
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
-        uint32_t epoch = epoch_.load(std::memory_order_acquire);
+        uint64_t epoch = epoch_.load(std::memory_order_acquire);
         uint64_t s = seq_.load(std::memory_order_acquire);
         if (s & 1) {
             cpu_relax();
@@ -435,8 +501,8 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
         if (e->last_use.load(std::memory_order_relaxed) != tick)
             e->last_use.store(tick, std::memory_order_relaxed);
         if (stat_slot_ < kFastStatCaches)
-            t->hits[stat_slot_].store(t->hits[stat_slot_].load(std::memory_order_relaxed) + 1,
-                                      std::memory_order_relaxed);
+            t->tree_hits[stat_slot_].store(t->tree_hits[stat_slot_].load(std::memory_order_relaxed) + 1,
+                                           std::memory_order_relaxed);
         else
             hits_shared_.fetch_add(1, std::memory_order_relaxed);
         *out = r;
@@ -849,8 +915,7 @@ void Cache::lru_unlink(Entry *e) noexcept
 
 void Cache::retire(Reg *r) noexcept
 {
-    // Memo slots filled before this moment stop being valid (see MemoSlot).
-    epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    move_epoch();  // memo slots filled before this moment stop being valid (see MemoSlot)
     reg_set_state(r, kRegRetired);
     g_retired_regs.fetch_add(1, std::memory_order_relaxed);
     r->next.store(limbo_, std::memory_order_relaxed);
@@ -1176,7 +1241,7 @@ void Cache::pause_hits() noexcept
     t_paused = this;
     write_begin();  // stops hits through the tree
     // ...and through the memo: the event being read may be for a range a memo slot holds.
-    epoch_.store(epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    move_epoch();
 }
 
 void Cache::resume_hits() noexcept
@@ -1252,9 +1317,11 @@ int Cache::unsubscribe(vmt_event_fn fn, void *arg)
 
 void Cache::stats(struct vmt_stats *s)
 {
-    uint64_t hits = hits_shared_.load();
-    if (stat_slot_ < kFastStatCaches)
-        hits += hits_in_threads(stat_slot_);
+    uint64_t hits = hits_shared_.load(), memo_hits = 0;
+    if (stat_slot_ < kFastStatCaches) {
+        memo_hits = hits_in_threads(stat_slot_, false);
+        hits += memo_hits + hits_in_threads(stat_slot_, true);
+    }
     struct vmt_stats v;
     memset(&v, 0, sizeof v);
     v.sz = sizeof v;
@@ -1276,6 +1343,8 @@ void Cache::stats(struct vmt_stats *s)
     v.deferred = deferred_.load();
     v.max_entries = max_entries_;
     v.max_bytes = max_bytes_;
+    v.memo_hits = memo_hits;
+    v.memo_wraps = memo_wraps_.load();
     size_t n = s->sz < sizeof v ? s->sz : sizeof v;
     size_t caller_sz = s->sz;
     memcpy(s, &v, n);
@@ -1326,11 +1395,12 @@ void Cache::child_after_fork() noexcept
         c->inval_count_ = 0;
         for (Device *d = c->devices_; d; d = d->next) {
             d->forked_away = true;
-            d->slow_only.store(true);
+            d->memo_tag.store(kNoMemo);
         }
         for (auto *counter : {&c->hits_shared_, &c->misses_, &c->registrations_, &c->deregistrations_,
                               &c->invalidations_, &c->evictions_, &c->uncached_, &c->merges_,
-                              &c->upgrades_, &c->retries_, &c->deferred_, &c->bytes_registered_})
+                              &c->upgrades_, &c->retries_, &c->deferred_, &c->bytes_registered_,
+                              &c->memo_wraps_})
             counter->store(0);
         c->needs_fork_fixup_.store(true);
     }
@@ -1352,59 +1422,160 @@ void Cache::maybe_after_fork() noexcept
         caching_ = false;
         std::lock_guard<std::mutex> l(lock_);
         for (Device *d = devices_; d; d = d->next)
-            d->slow_only.store(true);
+            d->memo_tag.store(kNoMemo);
     }
     words_ = tracker_->words();
     needs_fork_fixup_.store(false, std::memory_order_release);
 }
 
-}  // namespace vmt
-
-// The C entry points of the hot path live here, next to what they inline.
-extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
-                       struct vmt_reg **out)
+// The rest of vmt_get: anything but a memo hit.
+__attribute__((noinline)) int get_rare(Device *d, const void *addr, size_t len, unsigned access,
+                                       struct vmt_reg **out, uintptr_t found)
 {
-    if (__builtin_expect(!dev || !out, 0))
-        return -EINVAL;
-    vmt::Device *d = reinterpret_cast<vmt::Device *>(dev);
-    vmt::Reg *r = nullptr;
-    // The common case first: valid arguments, a usable device, and a memo slot that holds it.
-    uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-    uintptr_t end = a + len;
-    vmt::ThreadRecord *t = vmt::t_record;
-    if (__builtin_expect(a != 0 && end > a && !(access & ~VMT_ACCESS_ALL) && t &&
-                             !d->slow_only.load(std::memory_order_relaxed),
-                         1) &&
-        d->cache->memo_hit(d, a, end, access, t, &r)) {
-        *out = reinterpret_cast<struct vmt_reg *>(r);
-        return 0;
+    if (found & kMemoBackout) {
+        Reg *r = reinterpret_cast<Reg *>(found & ~kMemoBackout);
+        hold_remove(t_record, hold_key(r));
+        if (reg_state(r) != kRegLive)
+            d->cache->reclaim_now();
+    } else if (found == kMemoProbe && t_record) {
+        uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+        found = d->cache->memo_lookup_probing(d, a, a + len, access, t_record);
+        if (found > kMemoProbe && !(found & kMemoBackout)) {
+            *out = reinterpret_cast<struct vmt_reg *>(found);
+            return 0;
+        }
+        return get_rare(d, addr, len, access, out, found == kMemoProbe ? kMemoMiss : found);
     }
+    return get_full(d, addr, len, access, out);
+}
+
+int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out)
+{
+    if (__builtin_expect(!d || !out, 0))
+        return -EINVAL;
+    Reg *r = nullptr;
     int rc = d->cache->get(d, addr, len, access, &r);
     if (__builtin_expect(rc == 0, 1))
         *out = reinterpret_cast<struct vmt_reg *>(r);
     return rc;
 }
 
-extern "C" void vmt_put(struct vmt_reg *reg)
+// The rest of vmt_put. hold_released: the fast path took the hold out of its home slot, and
+// some registration is retired (or readers fence themselves).
+__attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
 {
     if (__builtin_expect(!reg, 0)) {
-        vmt::misuse("vmt_put(NULL)");
+        misuse("vmt_put(NULL)");
         return;
     }
-    // The common put touches only this thread's record: the hold leaves its slot and, while
-    // no registration of the process is retired, nothing else can need this put.
-    vmt::ThreadRecord *t = vmt::thread_record();
-    bool released = t && vmt::hold_remove(t, vmt::hold_key(reg));
-    if (__builtin_expect(released, 1)) {
-        vmt::publish_fence();
-        if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))
+    bool released = hold_released;
+    if (!released) {
+        ThreadRecord *t = thread_record();
+        released = t && hold_remove(t, hold_key(reg));
+    }
+    if (released) {
+        publish_fence();
+        if (g_retired_regs.load(std::memory_order_acquire) == 0)
             return;
     }
-    vmt::Reg *r = reinterpret_cast<vmt::Reg *>(reg);
-    vmt::Device *d = r->dev.load(std::memory_order_relaxed);
+    Reg *r = reinterpret_cast<Reg *>(reg);
+    Device *d = r->dev.load(std::memory_order_relaxed);
     if (__builtin_expect(!d, 0)) {
-        vmt::misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
+        misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
         return;
     }
     d->cache->put(r, released);
+}
+
+}  // namespace vmt
+
+// The C entry points of the hot path live here, next to what they inline.
+// The common case first, in as few instructions as possible: Cache::memo_lookup_probing
+// flattened, for the first way of the memo set only, with the hold taken in its home slot
+// only. Everything else goes to get_rare by a tail call, bad arguments included: len 0 and
+// overflow fail `a + len > a`, unknown access bits never match a slot, page 0 is never
+// memoized.
+extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                       struct vmt_reg **out)
+{
+    using namespace vmt;
+    Device *d = reinterpret_cast<Device *>(dev);
+    uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    uintptr_t found = kMemoMiss;
+    Cache *c;
+    uint64_t tag, epoch, stamp, hold, key;
+    const Cache::MemoSlot *m;
+    ThreadRecord *t;
+    std::atomic<uint64_t> *slot;
+    // Where readers must fence (no membarrier), the memo is never filled: no check needed here.
+    if (__builtin_expect(!d || !out || a + len <= a, 0))
+        goto rare;
+    // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
+    tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
+    m = &static_cast<const Cache::MemoSlot *>(d->memo)[memo_set(tag)];
+    c = d->cache;
+    epoch = c->epoch_.load(std::memory_order_acquire);
+    stamp = m->stamp.load(std::memory_order_acquire);
+    if (__builtin_expect((uint32_t)stamp != (uint32_t)epoch ||
+                             m->tag.load(std::memory_order_relaxed) != tag, 0)) {
+        found = kMemoProbe;
+        goto rare;
+    }
+    // A slot of a's page ends after a: the difference cannot wrap.
+    if (m->end.load(std::memory_order_relaxed) - a < len ||
+        (access & m->denied.load(std::memory_order_relaxed)))
+        goto rare;
+    if (d->check_words &&
+        c->words_[m->watch_handle.load(std::memory_order_relaxed)].load(std::memory_order_acquire) !=
+            m->watch_expect.load(std::memory_order_relaxed))
+        goto rare;  // the pages changed, or a torn read (the stamp check below catches that)
+    hold = m->hold.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (__builtin_expect(m->stamp.load(std::memory_order_relaxed) != stamp, 0))
+        goto rare;
+    // The hold names the registration (its address) and its home slot.
+    t = t_record;
+    if (__builtin_expect(!t, 0))
+        goto rare;
+    key = slot_id(hold);
+    slot = &t->slots[slot_home(key)];
+    if (__builtin_expect(slot_count(slot->load(std::memory_order_relaxed)) != 0, 0)) {
+        found = kMemoProbe;
+        goto rare;
+    }
+    slot->store(hold, std::memory_order_relaxed);
+    found = key;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
+    if (__builtin_expect(c->epoch_.load(std::memory_order_acquire) != epoch, 0)) {
+        found |= kMemoBackout;
+        goto rare;
+    }
+    c->count_memo_hit(
+        *reinterpret_cast<std::atomic<uint64_t> *>(reinterpret_cast<char *>(t) + d->hits_offset), m);
+    *out = reinterpret_cast<struct vmt_reg *>(found);
+    return 0;
+rare:
+    return get_rare(d, addr, len, access, out, found);
+}
+
+extern "C" void vmt_put(struct vmt_reg *reg)
+{
+    // The common put touches only this thread's record: the hold leaves its home slot and,
+    // while no registration of the process is retired, nothing else can need this put.
+    vmt::ThreadRecord *t = vmt::t_record;
+    vmt::HoldKey key = vmt::hold_key(reg);
+    if (__builtin_expect(t != nullptr, 1)) {
+        std::atomic<uint64_t> &slot = t->slots[vmt::slot_home(key)];
+        uint64_t s = slot.load(std::memory_order_relaxed);
+        if (__builtin_expect(s - vmt::make_slot(key, 1) < (uint64_t)vmt::kMaxSlotCount, 1)) {
+            slot.store(s - 1, std::memory_order_relaxed);
+            // Fencing readers (no membarrier) keep g_retired_regs above 0: they never return here.
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))
+                return;
+            vmt::put_full(reg, true);
+            return;
+        }
+    }
+    vmt::put_full(reg, false);
 }

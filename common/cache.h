@@ -34,6 +34,12 @@ namespace vmt {
 class Cache;
 struct Entry;
 
+// A memo tag is (page number | device tag): page numbers of 57-bit addresses fit below bit
+// 48, and a cache numbers its devices 1..kMaxMemoDevices in the bits above.
+constexpr uint64_t kNoMemo = ~0ull;
+constexpr unsigned kMemoTagShift = 48;
+constexpr uint64_t kMaxMemoDevices = (1ull << (64 - kMemoTagShift)) - 2;
+
 struct Device {
     Cache *cache = nullptr;
     struct vmt_device_ops ops {};
@@ -44,9 +50,13 @@ struct Device {
     size_t bytes = 0;
     std::atomic<bool> detached{false};
     bool forked_away = false;    // attached in the parent of a fork()
-    // vmt_get must take the full path: detached, from the parent of a fork, or the cache
-    // caches nothing. One load on the hit path instead of four.
-    std::atomic<bool> slow_only{false};
+    // This device's part of a memo tag (memo_tag_of). kNoMemo sends every vmt_get of the
+    // device to the full path: detached, attached in the parent of a fork, or a cache that
+    // caches nothing. It is the one load the hit path needs to know all of that.
+    std::atomic<uint64_t> memo_tag{kNoMemo};
+    void *memo = nullptr;        // the cache's memo, one load closer to the hit path
+    bool check_words = false;    // the cache's tracker has validity words (kmod)
+    uint32_t hits_offset = 0;    // of the cache's hit counter in a ThreadRecord
     Device *next = nullptr;
 };
 
@@ -67,6 +77,8 @@ struct Reg {
     std::atomic<uint32_t> bits{0};             // access | state << 8 | deferred flag
     std::atomic<int32_t> shared_holds{0};
 };
+// Holds keep their count in the low three bits of the registration's address (holds.h).
+static_assert(alignof(Reg) >= 8 && sizeof(Reg) % 8 == 0, "registrations are 8-byte aligned");
 
 constexpr uint32_t kBitsAccess = 0xff;
 constexpr uint32_t kBitsDeferred = 1u << 16;
@@ -94,6 +106,10 @@ struct Entry {
 };
 
 class Cache final : public TrackerSink {
+    // The hit path is flattened into vmt_get (cache.cc), which reads the fields below.
+    friend int ::vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                         struct vmt_reg **out);
+
 public:
     static int create(const struct vmt_cache_opts *opts, bool merge, Cache **out);
     ~Cache();
@@ -182,29 +198,41 @@ private:
     // Never trusted: a memo entry is used only if it is in the index and covers the request
     // (the index is disjoint, so such an entry is the answer). Written only when a lookup had
     // to walk the tree, so steady hits write nothing here.
-    // Each slot holds everything a hit needs (one cache line). It is valid while the cache's
-    // retire epoch is the one it was filled at: every retirement moves the epoch, so a slot
-    // can never hand out a retired registration. `ver` is odd while a filler writes it.
+    // Each slot holds everything a hit needs (one cache line), under `stamp`: (fills << 32) |
+    // retire epoch, odd while a filler writes the slot. A slot is valid while the low half of
+    // its stamp is the cache's retire epoch: every retirement moves the epoch, so a slot can
+    // never hand out a retired registration. Readers check the stamp before and after reading
+    // the rest (a sequence lock whose count also says which epoch the slot belongs to).
     struct alignas(64) MemoSlot {
-        std::atomic<uint32_t> ver;
-        std::atomic<uint32_t> epoch;
-        std::atomic<uintptr_t> page;
-        std::atomic<Device *> dev;
+        std::atomic<uint64_t> stamp;
+        std::atomic<uint64_t> tag;     // page | device tag (memo_tag_of)
         std::atomic<Reg *> reg;
-        std::atomic<Entry *> entry;
         std::atomic<uintptr_t> end;
-        std::atomic<uint32_t> access;
+        std::atomic<Entry *> entry;
+        std::atomic<uint64_t> hold;       // make_slot(hold_key(reg), 1)
+        std::atomic<uint32_t> denied;     // ~(the registration's access): one test on a hit
         std::atomic<uint32_t> watch_handle;
         std::atomic<uint32_t> watch_expect;
+        uint32_t unused;
     };
+    static_assert(sizeof(MemoSlot) == 64, "a memo slot is one cache line");
     static constexpr size_t kMemoSlots = 32768;  // 2 MiB (see map_memo)
     MemoSlot *memo_ = nullptr;
-    std::atomic<uint32_t> epoch_{1};  // moves at every retirement (under lock_)
+    // Moves by 2 at every retirement (under lock_), so its low half is always even and never 0;
+    // odd values are the writing marks of slots. Readers compare only the low half: when it
+    // wraps, every slot is invalidated first (clear_memo).
+    // It starts 1024 retirements short of the wrap, so that every test run goes through it.
+    std::atomic<uint64_t> epoch_{(1ull << 32) - 2 * 1024};
+    uint64_t next_memo_device_ = 1;  // under lock_
 public:
-    bool memo_hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t,
-                  Reg **out) noexcept;
+    uintptr_t memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
+                                  ThreadRecord *t) noexcept;
+    void count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept;
+    void reclaim_now() noexcept { reclaim(); }
 private:
-    void memo_fill(uint32_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
+    void memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
+    void move_epoch() noexcept;
+    void clear_memo() noexcept;
 
     // ---- writers ----
     alignas(64) mutable std::mutex lock_;
@@ -245,12 +273,18 @@ private:
     // Statistics (hits are counted per thread, see holds.h).
     std::atomic<uint64_t> hits_shared_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
         invalidations_{0}, evictions_{0}, uncached_{0}, merges_{0}, upgrades_{0}, retries_{0},
-        deferred_{0};
+        deferred_{0}, memo_wraps_{0};
     std::atomic<uint64_t> bytes_registered_{0};
 
     std::atomic<bool> needs_fork_fixup_{false};
     Cache *next_cache_ = nullptr;  // in the list of all caches (for fork)
 };
+
+// The parts of vmt_get and vmt_put that are not the common hit (cache.cc).
+int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out);
+int get_rare(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out,
+             uintptr_t found);
+void put_full(struct vmt_reg *reg, bool hold_released);
 
 }  // namespace vmt
 

@@ -113,6 +113,8 @@ struct vmt_stats {
     uint64_t deferred;        /* deregistrations deferred to the last vmt_put */
     uint64_t max_entries;     /* the cache's limits in force */
     uint64_t max_bytes;
+    uint64_t memo_hits;       /* hits answered from the memo, without walking the index */
+    uint64_t memo_wraps;      /* times the memo was cleared because the retire count wrapped */
 };
 int vmt_stats_get(struct vmt_cache *cache, struct vmt_stats *stats);
 
