@@ -413,6 +413,74 @@ START_TEST(deferred_deregistration)
 }
 END_TEST
 
+/* Every retirement moves the cache's retire epoch, and memo slots are valid only at the epoch
+ * they were filled at. The epoch starts 1024 retirements short of the wrap of its low half, so
+ * these 3000 retirements take it across: no get may ever be answered by a retired
+ * registration, before, during or after the memo is cleared. */
+START_TEST(memo_never_stale_across_retirements)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0, 0, 0, 0);
+    char *buf = map_pages(8);
+    char *other = buf + 4 * page;
+    for (int i = 0; i < 3000; i++) {
+        struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+        ck_assert_int_eq(atomic_load(&fx.fake.regs), i + 1 + (i > 0));  /* a miss: registered anew */
+        vmt_put(a);
+        for (int k = 0; k < 3; k++) {  /* a walk of the index, then memo hits */
+            struct vmt_reg *again = get_ok(fx.dev, buf + 100, 10, VMT_ACCESS_READ);
+            ck_assert_ptr_eq(again, a);
+            struct fake_reg *h = vmt_reg_handle(again);
+            ck_assert_int_eq(h->live, 1);
+            ck_assert_ptr_eq(h->addr, buf);
+            vmt_put(again);
+        }
+        /* Another range stays cached all along: its memo slot must keep answering right. */
+        struct vmt_reg *b = get_ok(fx.dev, other, page, VMT_ACCESS_READ);
+        struct fake_reg *hb = vmt_reg_handle(b);
+        ck_assert_int_eq(hb->live, 1);
+        ck_assert_ptr_eq(hb->addr, other);
+        vmt_put(b);
+        ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+        ck_assert_int_eq(atomic_load(&fx.fake.deregs), i + 1);
+    }
+    struct vmt_stats s = stats_of(fx.cache);
+    ck_assert_uint_ge(s.memo_wraps, 1);
+    ck_assert_uint_ge(s.memo_hits, 3000);
+    ck_assert_uint_le(s.memo_hits, s.hits);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    munmap(buf, 8 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+/* One thread holding one registration many times over: more holds than one per-thread slot
+ * counts, more slots than a lookup probes, and the shared counter; all must be released before
+ * an invalidated registration is deregistered, and then exactly once. */
+START_TEST(many_holds_of_one_registration)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0, 0, 0, 0);
+    char *buf = map_pages(2);
+    enum { kHolds = 100 };
+    struct vmt_reg *held[kHolds];
+    for (int i = 0; i < kHolds; i++) {
+        held[i] = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(held[i], held[0]);
+    }
+    ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+    for (int i = 0; i < kHolds - 1; i++) {
+        vmt_put(held[i]);
+        ck_assert_int_eq(atomic_load(&fx.fake.deregs), 0);
+    }
+    vmt_put(held[kHolds - 1]);
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 1);
+    ck_assert_int_eq(atomic_load(&fx.fake.regs), 1);
+    munmap(buf, 2 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 struct cross_arg {
     struct vmt_reg *reg;
 };
@@ -783,6 +851,8 @@ int main(void)
     tcase_add_test(tc, merge_and_no_merge);
     tcase_add_test(tc, access_upgrade);
     tcase_add_test(tc, deferred_deregistration);
+    tcase_add_test(tc, memo_never_stale_across_retirements);
+    tcase_add_test(tc, many_holds_of_one_registration);
     tcase_add_test(tc, put_from_another_thread);
     tcase_add_test(tc, misuse_is_reported);
     tcase_add_test(tc, attach_twice_shares);
