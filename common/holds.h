@@ -6,11 +6,12 @@
 // goes to the registration's shared counter. The number of holds on a registration is the sum
 // over all threads' slots plus its shared counter; only retiring a registration needs that sum.
 //
-// Ordering: a reader publishes its hold, then re-checks the cache's sequence count. A retirer
-// changes the sequence count, then calls reader_barrier() (membarrier: a full fence on every
-// thread of the process), then sums the holds. Either the retirer sees the hold, or the reader
-// sees the new sequence count and backs out. Readers pay a compiler barrier only; where
-// membarrier is missing they pay a real fence.
+// Ordering: a reader publishes its hold, then re-checks the cache's retire epoch (or, on the
+// tree path, its sequence count). A retirer moves them, then calls reader_barrier()
+// (membarrier: a full fence on every thread of the process), then sums the holds. Either the
+// retirer sees the hold, or the reader sees the change and backs out. Readers pay a compiler
+// barrier only. Where membarrier is missing from the start, readers on the tree path pay a
+// real fence and the memo (whose path has no fence) is never filled.
 #ifndef VMTRACK_COMMON_HOLDS_H
 #define VMTRACK_COMMON_HOLDS_H
 
