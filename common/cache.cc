@@ -326,9 +326,10 @@ constexpr uintptr_t kMemoMiss = 0, kMemoProbe = 2, kMemoBackout = 1;
 uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
                                      ThreadRecord *t) noexcept
 {
-    if (g_readers_fence.load(std::memory_order_relaxed))
-        return kMemoMiss;  // the tree path fences
-    uint64_t tag = (addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed);
+    uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
+    if (dev_tag == kNoMemo || g_readers_fence.load(std::memory_order_relaxed))
+        return kMemoMiss;  // not memoized (and counted elsewhere), or the tree path fences
+    uint64_t tag = (addr >> 12) | dev_tag;
     uint64_t epoch = epoch_.load(std::memory_order_acquire);
     const MemoSlot *m = &memo_[memo_set(tag)];
     if (m->tag.load(std::memory_order_relaxed) != tag)
