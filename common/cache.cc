@@ -314,21 +314,22 @@ inline void publish_fence()
     std::atomic_thread_fence(std::memory_order_acquire);
 }
 
-// The common hit: one memo slot, no tree walk, nothing shared written. Everything that makes a
-// device or a cache unfit for it (detached, forked away, not caching) is folded into the
-// device's memo tag, so that it costs nothing here. Returns the registration, kMemoMiss, or,
-// in rare cases that vmt_get hands to get_rare: kMemoProbe (the hold's home slot is taken, or
-// the second way of the set is to be looked at) or
-// the registration | kMemoBackout (a retirement raced the hit: the hold must be taken back).
-// vmt_get has its own copy of this, flattened so that its common path is a leaf.
+// A hit through the memo: one slot, no tree walk, nothing shared written. Everything that
+// makes a device or a cache unfit for it (detached, forked away, not caching) is folded into
+// the device's memo tag, so that it costs nothing here. The result is the registration
+// (its address), or kMemoMiss, or, for cases that get_rare takes over: kMemoProbe (look at
+// both ways of the set, or the hold's home slot is taken) and registration | kMemoBackout (a
+// retirement raced the hit: the hold must be taken back). This function looks at both ways
+// and probes for a hold slot; vmt_get has the first-way, home-slot case written out, so that
+// its common path is a leaf.
 constexpr uintptr_t kMemoMiss = 0, kMemoProbe = 2, kMemoBackout = 1;
 
 uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
                                      ThreadRecord *t) noexcept
 {
     uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
-    if (dev_tag == kNoMemo || g_readers_fence.load(std::memory_order_relaxed))
-        return kMemoMiss;  // not memoized (and counted elsewhere), or the tree path fences
+    if (dev_tag == kNoMemo)
+        return kMemoMiss;  // not memoized (and maybe no per-thread hit counter)
     uint64_t tag = (addr >> 12) | dev_tag;
     uint64_t epoch = epoch_.load(std::memory_order_acquire);
     const MemoSlot *m = &memo_[memo_set(tag)];
@@ -344,17 +345,17 @@ uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end,
         words_[m->watch_handle.load(std::memory_order_relaxed)].load(std::memory_order_acquire) !=
             m->watch_expect.load(std::memory_order_relaxed))
         return kMemoMiss;  // the tracker says the pages changed (or a torn read: see below)
-    Reg *r = m->reg.load(std::memory_order_relaxed);
+    HoldKey key = slot_id(m->hold.load(std::memory_order_relaxed));  // the registration
     std::atomic_thread_fence(std::memory_order_acquire);
     if (m->stamp.load(std::memory_order_relaxed) != stamp)
         return kMemoMiss;
-    if (!hold_add(t, hold_key(r)))
+    if (!hold_add(t, key))
         return kMemoMiss;  // no free slot: the tree path takes the shared counter
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h; fencing readers left above
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
     if (epoch_.load(std::memory_order_acquire) != epoch)
-        return reinterpret_cast<uintptr_t>(r) | kMemoBackout;
+        return key | kMemoBackout;
     count_memo_hit(t->hits[stat_slot_], m);
-    return reinterpret_cast<uintptr_t>(r);
+    return key;
 }
 
 // Only caches with a per-thread hit counter use the memo (see attach).
@@ -416,7 +417,6 @@ void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg
     }
     std::atomic_thread_fence(std::memory_order_release);
     m.tag.store(tag, std::memory_order_relaxed);
-    m.reg.store(r, std::memory_order_relaxed);
     m.hold.store(make_slot(hold_key(r), 1), std::memory_order_relaxed);
     m.entry.store(e, std::memory_order_relaxed);
     m.end.store(e->end.load(std::memory_order_relaxed), std::memory_order_relaxed);

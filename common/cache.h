@@ -206,14 +206,13 @@ private:
     struct alignas(64) MemoSlot {
         std::atomic<uint64_t> stamp;
         std::atomic<uint64_t> tag;     // page | device tag (memo_tag_of)
-        std::atomic<Reg *> reg;
         std::atomic<uintptr_t> end;
         std::atomic<Entry *> entry;
-        std::atomic<uint64_t> hold;       // make_slot(hold_key(reg), 1)
+        std::atomic<uint64_t> hold;       // make_slot(hold_key(registration), 1)
         std::atomic<uint32_t> denied;     // ~(the registration's access): one test on a hit
         std::atomic<uint32_t> watch_handle;
         std::atomic<uint32_t> watch_expect;
-        uint32_t unused;
+        uint32_t unused[3];
     };
     static_assert(sizeof(MemoSlot) == 64, "a memo slot is one cache line");
     static constexpr size_t kMemoSlots = 32768;  // 2 MiB (see map_memo)
