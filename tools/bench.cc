@@ -404,7 +404,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                     ucx1 > 0 ? "" : verdict(hit1 <= 10.5)});
     if (ucx1 > 0) {
         rows.push_back({"UCX 1.13 ucs_rcache_get+region_put, same workload", fmt(ucx1), "ns", "(baseline)", ""});
-        rows.push_back({"hit / UCX hit (median of paired runs)", fmt(ucx_ratio, 2), "x", "<= 0.25x",
+        rows.push_back({"hit / UCX hit (median of paired runs)", fmt(ucx_ratio, 3), "x", "<= 0.25x",
                         verdict(ucx_ratio <= 0.25)});
     }
     rows.push_back({"the same loop calling two empty functions", fmt(call_floor), "ns", "(reported)",
