@@ -154,7 +154,6 @@ private:
     int get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
     bool hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t, Reg **out) noexcept;
     void take_hold(ThreadRecord *t, Reg *r) noexcept;
-    void release_hold(Reg *r) noexcept;
 
     // Under lock_:
     Entry *containing(uintptr_t a0, uintptr_t a1) const noexcept;
