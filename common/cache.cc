@@ -1469,6 +1469,10 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
         misuse("vmt_put(NULL)");
         return;
     }
+    if (__builtin_expect(hold_key(reg) & kMaxSlotCount, 0)) {
+        misuse("vmt_put(%p): not a registration vmt_get returned (misaligned)", (void *)reg);
+        return;
+    }
     bool released = hold_released;
     if (!released) {
         ThreadRecord *t = thread_record();
@@ -1568,7 +1572,10 @@ extern "C" void vmt_put(struct vmt_reg *reg)
     if (__builtin_expect(t != nullptr, 1)) {
         std::atomic<uint64_t> &slot = t->slots[vmt::slot_home(key)];
         uint64_t s = slot.load(std::memory_order_relaxed);
-        if (__builtin_expect(s - vmt::make_slot(key, 1) < (uint64_t)vmt::kMaxSlotCount, 1)) {
+        // A pointer into a registration (not 8-byte aligned) must not match its hold: the
+        // shifted low bits make such a key fail the test.
+        uint64_t misaligned = key << (64 - vmt::kCountBits);
+        if (__builtin_expect(((s - vmt::make_slot(key, 1)) | misaligned) < (uint64_t)vmt::kMaxSlotCount, 1)) {
             slot.store(s - 1, std::memory_order_relaxed);
             // Fencing readers (no membarrier) keep g_retired_regs above 0: they never return here.
             std::atomic_signal_fence(std::memory_order_seq_cst);

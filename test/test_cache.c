@@ -553,6 +553,30 @@ static void put_after_detach(void)
         _exit(6);
 }
 
+/* A pointer a few bytes past a held registration is not that registration: putting it must
+ * not release the real hold (which would let an invalidation deregister memory in use). */
+static void put_of_a_pointer_inside_a_registration(void)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0, 0, 0, 0);
+    char *buf = map_pages(1);
+    struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+    struct vmt_reg *again = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+    if (again != a)
+        _exit(7);
+    for (int off = 1; off < 8; off++)
+        vmt_put((struct vmt_reg *)((char *)a + off));
+    vmt_invalidate(fx.cache, buf, page);
+    if (atomic_load(&fx.fake.deregs) != 0)
+        _exit(8);  /* still held twice: the deregistration waits */
+    vmt_put(a);
+    if (atomic_load(&fx.fake.deregs) != 0)
+        _exit(9);
+    vmt_put(again);
+    if (atomic_load(&fx.fake.deregs) != 1)
+        _exit(10);
+}
+
 START_TEST(misuse_is_reported)
 {
     int st = child_status(double_put);
@@ -566,6 +590,12 @@ START_TEST(misuse_is_reported)
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "put after detach must abort in debug builds");
 #else
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "put after detach: status %d", st);
+#endif
+    st = child_status(put_of_a_pointer_inside_a_registration);
+#ifdef VMT_DEBUG
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "put of a misaligned pointer must abort in debug builds");
+#else
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "put of a misaligned pointer: status %d", st);
 #endif
 }
 END_TEST
