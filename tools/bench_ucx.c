@@ -43,6 +43,7 @@ struct bench_ucx_thread {
     uint32_t *idx;
     double ns;          /* elapsed for this thread's hits */
     double t_start, t_end;
+    double cpu_ns;      /* this thread's CPU time for its hits: the hypervisor's steal excluded */
     int err;
 };
 
@@ -81,6 +82,13 @@ static double bench_ucx_now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static double bench_ucx_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
 static void *bench_ucx_thread_main(void *arg)
 {
     struct bench_ucx_thread *t = arg;
@@ -101,6 +109,7 @@ static void *bench_ucx_thread_main(void *arg)
     if (t->err)
         return NULL;
 
+    t->cpu_ns = bench_ucx_thread_cpu_ns();
     t->t_start = bench_ucx_now_ns();
     for (i = 0; i < run->hits; i++) {
         char *addr = run->base + (size_t)t->idx[i & (BENCH_UCX_IDX - 1)] * run->stride;
@@ -112,6 +121,7 @@ static void *bench_ucx_thread_main(void *arg)
         ucs_rcache_region_put(run->rcache, region);
     }
     t->t_end = bench_ucx_now_ns();
+    t->cpu_ns = bench_ucx_thread_cpu_ns() - t->cpu_ns;
     t->ns = t->t_end - t->t_start;
     return NULL;
 }
@@ -124,7 +134,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
     ucs_status_t status;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t span, i, j;
-    double first = 0, last = 0, sum_ns = 0;
+    double first = 0, last = 0, sum_ns = 0, per_cpu_sec = 0;
     int ret = 0, started = 0;
 
     if (b == NULL || b->regions == 0 || b->region_bytes == 0 || b->hits == 0 ||
@@ -220,6 +230,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
             goto out_threads;
         }
         sum_ns += th[i].ns;
+        per_cpu_sec += (double)b->hits / (th[i].cpu_ns / 1e9);
         if (i == 0 || th[i].t_start < first)
             first = th[i].t_start;
         if (i == 0 || th[i].t_end > last)
@@ -227,6 +238,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
     }
     b->ns_per_hit = sum_ns / (double)b->threads / (double)b->hits;
     b->hits_per_sec = (double)b->hits * (double)b->threads / ((last - first) / 1e9);
+    b->hits_per_cpu_sec = per_cpu_sec;
 
 out_threads:
     for (i = 0; i < (size_t)b->threads; i++)

@@ -17,6 +17,7 @@ struct vmtrack_ucx_bench {
     int threads;           /* 1 or more threads hitting at once */
     double ns_per_hit;     /* out: wall time per get+put pair, per thread */
     double hits_per_sec;   /* out: all threads together */
+    double hits_per_cpu_sec; /* out: summed over threads, each by its own CPU time (no steal) */
 };
 /* 0, or a negative errno with a message on stderr; -ENOSYS when built without UCX. */
 int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b);
