@@ -16,6 +16,7 @@
 #include <vmtrack.h>
 
 #include "fake_device.h"
+#include "check_run.h"
 
 static size_t page;
 
@@ -895,9 +896,6 @@ int main(void)
     tcase_set_timeout(stress, 60);
     tcase_add_test(stress, threads_stress);
     suite_add_tcase(s, stress);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include "check_run.h"
 
 int shim_patch(void *entry, void *hook, char *why, size_t whylen);
 void shim_unpatch(void);
@@ -189,9 +190,6 @@ int main(void)
     tcase_add_test(tc, t_no_wait_when_idle);
     tcase_add_test(tc, t_foreign_forms);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

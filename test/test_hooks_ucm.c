@@ -9,6 +9,7 @@
 #include <string.h>
 #include <ucm/api/ucm.h>
 #include <vmtrack.h>
+#include "check_run.h"
 
 static void on_event(ucm_event_type_t type, ucm_event_t *event, void *arg)
 {
@@ -61,9 +62,6 @@ int main(void)
     TCase *tc = tcase_create("ucm");
     tcase_add_test(tc, t_refused);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

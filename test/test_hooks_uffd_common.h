@@ -24,6 +24,7 @@
 #include <vmtrack.h>
 
 #include "fake_device.h"
+#include "check_run.h"
 
 static const char *g_tracker; /* set by main() of each test program */
 
@@ -497,10 +498,7 @@ static int skip_unless_available(const char *tracker)
 
 static int run_suite(Suite *s)
 {
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }
 

@@ -15,6 +15,7 @@
 #include <liburing.h>
 #include <vmtrack.h>
 #include <vmtrack/iouring.h>
+#include "check_run.h"
 
 static struct vmt_cache *make_cache(const char *tracker)
 {
@@ -476,9 +477,6 @@ int main(void)
     tcase_add_test(tc, test_untouched_memory_every_tracker);
     tcase_add_test(tc, test_slot_allocator_threads);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

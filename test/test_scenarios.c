@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "scenarios/scenario.h"
+#include "check_run.h"
 
 static int g_ran_trackers;
 
@@ -107,9 +108,6 @@ int main(void)
     tcase_add_test(tc, test_uffd);
     tcase_add_test(tc, test_pass);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

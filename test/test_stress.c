@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "scenarios/scenario.h"
+#include "check_run.h"
 
 static void stress(const char *tracker)
 {
@@ -77,9 +78,6 @@ int main(void)
     tcase_add_test(tc, test_uffd);
     tcase_add_test(tc, test_pass);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

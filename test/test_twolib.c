@@ -14,6 +14,7 @@
 #include <liburing.h>
 #include <vmtrack.h>
 #include <vmtrack/iouring.h>
+#include "check_run.h"
 
 #ifndef TWOLIB_DIR
 #error "TWOLIB_DIR must be defined"
@@ -125,9 +126,6 @@ int main(void)
     TCase *tc = tcase_create("shared");
     tcase_add_test(tc, test_two_libraries_one_registration);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     return failed ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include <infiniband/verbs.h>
 #include <vmtrack.h>
 #include <vmtrack/verbs.h>
+#include "check_run.h"
 
 static struct ibv_context *g_ctx;
 static struct ibv_pd *g_pd;
@@ -261,12 +262,8 @@ int main(void)
     tcase_add_test(tc, test_rdma_write_through_cache);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
     /* The device context and PD are opened once, here: no fork between them and the tests. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_NOFORK);
     ibv_dealloc_pd(g_pd);
     ibv_close_device(g_ctx);
     ibv_free_device_list(list);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "kmod_util.h"
+#include "../check_run.h"
 
 static long pg;
 
@@ -841,7 +842,6 @@ int main(void)
 {
 	Suite *s = suite_create("kmod");
 	TCase *tc;
-	SRunner *sr;
 	int failed;
 
 	vt_require_device("kmod_contract");
@@ -887,10 +887,7 @@ int main(void)
 	tcase_add_test(tc, concurrent_watch_unmap_read);
 	suite_add_tcase(s, tc);
 
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = check_run(s, CK_FORK);
 	printf("%s: kmod_contract\n", failed ? "FAIL" : "PASS");
 	return failed ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include <vmtrack.h>
 
 #include "../fake_device.h"
+#include "../check_run.h"
 
 static size_t page;
 
@@ -342,7 +343,6 @@ int main(void)
 	TCase *tc = tcase_create("kmod");
 	struct vmt_cache_opts o;
 	struct vmt_cache *c = NULL;
-	SRunner *sr;
 	int rc, failed;
 
 	page = (size_t)sysconf(_SC_PAGESIZE);
@@ -366,10 +366,7 @@ int main(void)
 	tcase_add_test(tc, overflow_drops_everything);
 	tcase_add_test(tc, limit_serves_uncached);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = check_run(s, CK_FORK);
 	printf("%s: test_kmod_tracker\n", failed ? "FAIL" : "PASS");
 	return failed ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include "ompi-rcache/rcache_vmtrack.h"
 #include "ompi_testenv.h"
 #include "vmtrack.h"
+#include "../check_run.h"
 
 /* ---- a fake BTL ------------------------------------------------------------------------ */
 struct fake_reg {
@@ -452,10 +453,7 @@ int main(int argc, char **argv)
 {
     if (0 != vmt_ompi_test_mpi_init(&argc, &argv))
         return 99;
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(suite(), CK_FORK);
     MPI_Finalize();
     return failed ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 
 #include "ompi_provider.h"
 #include "ompi_testenv.h"
+#include "../check_run.h"
 
 struct column {
     const struct scn_provider *p;
@@ -199,10 +200,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, t_scenarios);
     tcase_add_test(tc, t_stress);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = check_run(s, CK_FORK);
     MPI_Finalize();
     return failed ? 1 : 0;
 }

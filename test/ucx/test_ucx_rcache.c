@@ -31,6 +31,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "provider_ucx.h"
+#include "../check_run.h"
 
 #ifndef VMT_UCX_MODULE_PATH
 #error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
@@ -392,11 +393,8 @@ static int run_config(const char *variant)
     tcase_add_test(tc, test_shared_page);
     tcase_add_test(tc, test_stress);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_set_fork_status(sr, CK_NOFORK);   /* scn_run forks per scenario already */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    /* scn_run forks per scenario already */
+    int failed = check_run(su, CK_NOFORK);
 
     for (size_t i = 0; i < scn_scenario_count; i++)
         printf("ROW %s %s %s\n", scn_scenarios[i].name,
