@@ -26,8 +26,10 @@ Cache *g_caches_list = nullptr;
 std::atomic<unsigned> g_stat_slots{0};
 pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-__thread bool t_in_reclaim = false;
-__thread Cache *t_paused = nullptr;
+// Initial-exec, like t_record: every unmap the hooks see reads t_paused, and the default model
+// in a shared library costs a __tls_get_addr call per use.
+__thread bool t_in_reclaim __attribute__((tls_model("initial-exec"))) = false;
+__thread Cache *t_paused __attribute__((tls_model("initial-exec"))) = nullptr;
 
 // Registrations are in base pages; on x86-64 Linux these are always 4 KiB.
 constexpr uintptr_t kPageSize = 4096;
@@ -670,7 +672,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
         {
             std::unique_lock<std::mutex> g(lock_);
             while (unmap_in_flight(a0, a1))
-                unmap_done_.wait(g);
+                wait_for_unmaps(g);
             Entry *e = containing(a0, a1);
             if (e && words_[e->watch_handle.load()].load() == e->watch_expect.load()) {
                 for (Reg *r = e->regs.load(); r; r = r->next.load()) {
@@ -1207,7 +1209,7 @@ void Cache::unmap_begin(uintptr_t start, size_t len) noexcept
             unmaps_[found].depth++;
         } else {
             while (unmaps_count_ == kMaxUnmapsInFlight)
-                unmap_done_.wait(g);
+                wait_for_unmaps(g);
             unmaps_[unmaps_count_++] = Range{start, end, 1};
         }
         n = invalidate_locked(start, end);
@@ -1220,8 +1222,10 @@ void Cache::unmap_end(uintptr_t start, size_t len) noexcept
     if (!len)
         return;
     uintptr_t end = range_end(start, len);
+    bool waiters;
     {
         std::lock_guard<std::mutex> g(lock_);
+        waiters = unmap_waiters_ != 0;
         for (int i = 0; i < unmaps_count_; i++) {
             if (unmaps_[i].start == start && unmaps_[i].end == end) {
                 if (--unmaps_[i].depth == 0)
@@ -1233,7 +1237,15 @@ void Cache::unmap_end(uintptr_t start, size_t len) noexcept
         inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
         inval_count_++;
     }
-    unmap_done_.notify_all();
+    if (waiters)  // most unmaps race nothing: no futex call for them
+        unmap_done_.notify_all();
+}
+
+void Cache::wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept
+{
+    unmap_waiters_++;
+    unmap_done_.wait(g);
+    unmap_waiters_--;
 }
 
 void Cache::pause_hits() noexcept
@@ -1382,6 +1394,7 @@ void Cache::child_after_fork() noexcept
         new (&c->fork_fixup_lock_) std::mutex();
         c->write_depth_ = 0;
         new (&c->unmap_done_) std::condition_variable();
+        c->unmap_waiters_ = 0;  // the waiting threads were not copied
         c->entries_.reset_after_fork();
         c->regs_.reset_after_fork();
         c->index_.reset_after_fork();

@@ -172,6 +172,7 @@ private:
     void retire(Reg *r) noexcept;
     size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
     bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
+    void wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept;  // until an unmap ends
     bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
     void lru_push_head(Entry *e) noexcept;
     void lru_unlink(Entry *e) noexcept;
@@ -235,6 +236,7 @@ private:
     // ---- writers ----
     alignas(64) mutable std::mutex lock_;
     std::condition_variable unmap_done_;
+    int unmap_waiters_ = 0;          // under lock_: threads in wait_for_unmaps
     std::unique_ptr<Tracker> tracker_;
     std::string tracker_report_;
     Pool<Entry> entries_;

@@ -125,9 +125,8 @@ void end(Notice *n, bool may_reap)
         return;
     may_reap = may_reap && t_depth == 0;
     t_depth++;
-    for (int i = 0; i < kMaxSinks; i++) {
-        if (!(n->mask & (1u << i)))
-            continue;
+    for (uint32_t left = n->mask; left; left &= left - 1) {
+        int i = __builtin_ctz(left);
         n->got[i]->unmap_end(n->start, n->len);
         if (may_reap)
             n->got[i]->reap();

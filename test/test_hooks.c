@@ -3,7 +3,9 @@
  * the patched functions; conflict with another patcher; unpatching. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <sched.h>
 #include <signal.h>
+#include <time.h>
 
 #include "test_hooks_uffd_common.h"
 
@@ -238,6 +240,80 @@ START_TEST(t_errno_preserved)
 }
 END_TEST
 
+/* A miss on a range that another thread is unmapping waits until that unmap ends, and then
+ * finds the range gone: nothing registered from the pages being unmapped survives the munmap. */
+struct unmap_race {
+    struct env *e;
+    char *range;
+    atomic_int stop, started;
+    atomic_long ok_after, failed_after, straddled;
+    _Atomic double unmap_start_ns, unmap_end_ns;
+};
+
+static double mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void *get_in_a_loop(void *arg)
+{
+    struct unmap_race *u = arg;
+    while (!atomic_load(&u->stop)) {
+        double t0 = mono_ns();
+        struct vmt_reg *r;
+        int rc = vmt_get(u->e->dev, u->range, 64 << 10, VMT_ACCESS_READ, &r);
+        double t1 = mono_ns();
+        atomic_store(&u->started, 1);
+        if (rc == 0)
+            vmt_put(r);
+        else
+            ck_assert_int_eq(rc, -EFAULT);
+        double us = atomic_load(&u->unmap_start_ns), ue = atomic_load(&u->unmap_end_ns);
+        if (ue > 0 && t0 > ue) {
+            if (rc == 0)
+                atomic_fetch_add(&u->ok_after, 1);
+            else
+                atomic_fetch_add(&u->failed_after, 1);
+        } else if (us > 0 && t0 >= us && t1 > ue && ue > 0) {
+            atomic_fetch_add(&u->straddled, 1);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(t_get_during_unmap)
+{
+    struct env e;
+    env_setup(&e);
+    const size_t len = 128 * MB;  /* populated: its munmap takes milliseconds */
+    char *p = map_anon(len);
+    struct unmap_race u = {.e = &e, .range = p + len / 2};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, get_in_a_loop, &u), 0);
+    while (!atomic_load(&u.started))
+        sched_yield();
+    usleep(1000);
+    atomic_store(&u.unmap_start_ns, mono_ns());
+    ck_assert_int_eq(munmap(p, len), 0);
+    atomic_store(&u.unmap_end_ns, mono_ns());
+    while (atomic_load(&u.failed_after) < 100)
+        sched_yield();
+    atomic_store(&u.stop, 1);
+    pthread_join(th, NULL);
+    printf("get during unmap: %ld gets started during the %.1f ms munmap and returned after it; "
+           "%ld after it, all -EFAULT\n", atomic_load(&u.straddled),
+           (atomic_load(&u.unmap_end_ns) - atomic_load(&u.unmap_start_ns)) / 1e6,
+           atomic_load(&u.failed_after));
+    ck_assert_int_eq(atomic_load(&u.ok_after), 0);
+    vmt_flush(e.c);
+    ck_assert_int_eq(atomic_load(&e.f.deregs), atomic_load(&e.f.regs));
+    ck_assert_uint_eq(stats(&e).entries, 0);
+    env_close(&e);
+}
+END_TEST
+
 int main(void)
 {
     g_tracker = "hooks";
@@ -251,6 +327,7 @@ int main(void)
     tcase_add_test(tc, t_brk_shrink);
     tcase_add_test(tc, t_shmat_remap);
     tcase_add_test(tc, t_errno_preserved);
+    tcase_add_test(tc, t_get_during_unmap);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
