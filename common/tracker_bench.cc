@@ -48,12 +48,37 @@ double batch(bool raw)
     return (now_ns() - t0) / kBatch;
 }
 
+// One batch of munmap of `hole` (nothing mapped there): ns per call.
+double hole_batch(void *hole, bool raw)
+{
+    double t0 = now_ns();
+    for (int i = 0; i < kBatch; i++) {
+        if (raw)
+            syscall(SYS_munmap, hole, kLen);
+        else
+            munmap(hole, kLen);
+    }
+    return (now_ns() - t0) / kBatch;
+}
+
+// Syscalls are noisy (a VM here): pairs of interleaved batches, the median difference.
+template <typename Batch> double median_added(Batch batch_of)
+{
+    constexpr int kPairs = 41;
+    double diff[kPairs];
+    for (int r = 0; r < kPairs; r++) {
+        double raw = batch_of(true);
+        diff[r] = batch_of(false) - raw;
+    }
+    std::sort(diff, diff + kPairs);
+    return diff[kPairs / 2];
+}
+
 }  // namespace
 
-extern "C" int vmt_bench_tracker_unmap(const char *tracker, double *unwatched_ns_added,
-                                       double *watched_ns)
+extern "C" int vmt_bench_tracker_unmap(const char *tracker, struct vmt_tracker_unmap_cost *cost)
 {
-    if (!tracker || !unwatched_ns_added || !watched_ns)
+    if (!tracker || !cost)
         return -EINVAL;
     struct vmt_cache_opts o;
     memset(&o, 0, sizeof o);
@@ -84,15 +109,14 @@ extern "C" int vmt_bench_tracker_unmap(const char *tracker, double *unwatched_ns
         if (vmt_get(dev, held, kLen, VMT_ACCESS_READ, &hr))
             hr = nullptr;
     }
-    // Syscalls are noisy (a VM here: +-5%): pairs of interleaved batches, median difference.
-    constexpr int kPairs = 41;
-    double diff[kPairs];
-    for (int r = 0; r < kPairs; r++) {
-        double raw = batch(true);
-        diff[r] = batch(false) - raw;
+    cost->pair_added_ns = median_added(batch);
+    // An address range with nothing mapped: reserved by the kernel, then given back.
+    void *hole = mmap(nullptr, kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cost->hook_added_ns = -1;
+    if (hole != MAP_FAILED) {
+        syscall(SYS_munmap, hole, kLen);
+        cost->hook_added_ns = median_added([hole](bool raw) { return hole_batch(hole, raw); });
     }
-    std::sort(diff, diff + kPairs);
-    *unwatched_ns_added = diff[kPairs / 2];
 
     constexpr int n = 201;
     double t[n];
@@ -110,7 +134,7 @@ extern "C" int vmt_bench_tracker_unmap(const char *tracker, double *unwatched_ns
         t[done++] = now_ns() - t0;
     }
     std::sort(t, t + done);
-    *watched_ns = done ? t[done / 2] : 0;  // median
+    cost->watched_ns = done ? t[done / 2] : 0;  // median
     if (hr)
         vmt_put(hr);
     if (held != MAP_FAILED)
