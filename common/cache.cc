@@ -1,6 +1,7 @@
 #include "config.h"
 #include "cache.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -648,8 +649,27 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     return 0;
 }
 
+// For the whole of a miss: unmaps that start meanwhile take the locked path, and those that
+// started before, without the lock, have ended (see quick_unmaps_).
+class Cache::MissInProgress {
+public:
+    explicit MissInProgress(Cache *c) noexcept : c_(c)
+    {
+        c_->misses_active_.fetch_add(1, std::memory_order_seq_cst);
+        while (c_->quick_unmaps_.load(std::memory_order_seq_cst) != 0)
+            sched_yield();  // a system call is in flight: microseconds
+    }
+    ~MissInProgress() { c_->misses_active_.fetch_sub(1, std::memory_order_seq_cst); }
+    MissInProgress(const MissInProgress &) = delete;
+    MissInProgress &operator=(const MissInProgress &) = delete;
+
+private:
+    Cache *c_;
+};
+
 int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
 {
+    MissInProgress counted(this);
     misses_.fetch_add(1, std::memory_order_relaxed);
     tracker_->poll();
     if (limbo_nonempty_.load(std::memory_order_relaxed))
@@ -1193,11 +1213,36 @@ void Cache::after_invalidation(size_t removed, uintptr_t start, size_t len) noex
     notify_subscribers(start, len);
 }
 
-void Cache::unmap_begin(uintptr_t start, size_t len) noexcept
+bool Cache::maybe_cached(uintptr_t start, uintptr_t end) const noexcept
+{
+    for (int spin = 0; spin < kHitSpins; spin++) {
+        uint64_t s = seq_.load(std::memory_order_acquire);
+        if (s & 1) {
+            cpu_relax();
+            continue;
+        }
+        // Cached ranges never overlap: the last one starting before `end` decides.
+        const Entry *e = static_cast<const Entry *>(index_.floor(end - 1));
+        bool overlaps = e && e->end.load(std::memory_order_relaxed) > start;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (seq_.load(std::memory_order_relaxed) == s)
+            return overlaps;
+    }
+    return true;  // no stable view of the index: take the locked path
+}
+
+uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
 {
     if (!len)
-        return;
+        return kLockedUnmap;
     uintptr_t end = range_end(start, len);
+    // Subscribers hear of every unmap, and only the locked path tells them.
+    if (!nsubs_ && t_paused != this) {
+        quick_unmaps_.fetch_add(1, std::memory_order_seq_cst);
+        if (misses_active_.load(std::memory_order_seq_cst) == 0 && !maybe_cached(start, end))
+            return kQuickUnmap;
+        quick_unmaps_.fetch_sub(1, std::memory_order_seq_cst);
+    }
     size_t n;
     {
         std::unique_lock<std::mutex> g(lock_);
@@ -1215,12 +1260,17 @@ void Cache::unmap_begin(uintptr_t start, size_t len) noexcept
         n = invalidate_locked(start, end);
     }
     after_invalidation(n, start, len);
+    return kLockedUnmap;
 }
 
-void Cache::unmap_end(uintptr_t start, size_t len) noexcept
+void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
 {
     if (!len)
         return;
+    if (token == kQuickUnmap) {
+        quick_unmaps_.fetch_sub(1, std::memory_order_seq_cst);
+        return;
+    }
     uintptr_t end = range_end(start, len);
     bool waiters;
     {
@@ -1395,6 +1445,8 @@ void Cache::child_after_fork() noexcept
         c->write_depth_ = 0;
         new (&c->unmap_done_) std::condition_variable();
         c->unmap_waiters_ = 0;  // the waiting threads were not copied
+        c->quick_unmaps_.store(0);  // nor were the unmapping ones
+        c->misses_active_.store(0);
         c->entries_.reset_after_fork();
         c->regs_.reset_after_fork();
         c->index_.reset_after_fork();

@@ -132,8 +132,8 @@ public:
 
     // TrackerSink
     void invalidate(uintptr_t start, size_t len) noexcept override;
-    void unmap_begin(uintptr_t start, size_t len) noexcept override;
-    void unmap_end(uintptr_t start, size_t len) noexcept override;
+    uint64_t unmap_begin(uintptr_t start, size_t len) noexcept override;
+    void unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept override;
     void pause_hits() noexcept override;
     void resume_hits() noexcept override;
     void reap() noexcept override { reclaim(); }
@@ -173,6 +173,7 @@ private:
     size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
     bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
     void wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept;  // until an unmap ends
+    bool maybe_cached(uintptr_t start, uintptr_t end) const noexcept;  // without the lock
     bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
     void lru_push_head(Entry *e) noexcept;
     void lru_unlink(Entry *e) noexcept;
@@ -232,6 +233,18 @@ private:
     void memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
     void move_epoch() noexcept;
     void clear_memo() noexcept;
+
+    // ---- unmaps that need no lock ----
+    // An unmap of a range where nothing is cached, while no miss is in progress, needs neither
+    // the index lock nor an in-flight record: it only counts itself in quick_unmaps_. A miss
+    // counts itself in misses_active_ first and then waits for quick_unmaps_ to reach 0, so
+    // any unmap it could race either saw the miss (and took the locked path) or ended before
+    // the miss looked at the pages. Both counters are seq_cst: each side writes its own, then
+    // reads the other's.
+    alignas(64) std::atomic<uint64_t> quick_unmaps_{0};
+    std::atomic<uint64_t> misses_active_{0};
+    class MissInProgress;
+    static constexpr uint64_t kLockedUnmap = 0, kQuickUnmap = 1;  // unmap_begin's tokens
 
     // ---- writers ----
     alignas(64) mutable std::mutex lock_;

@@ -27,8 +27,9 @@ public:
     // unmap_end no thread gets a hit on, or registers, pages of the range. unmap_begin
     // invalidates; misses overlapping the range wait until unmap_end. Calls nest per range
     // (count them); at most kMaxUnmapsInFlight ranges are in flight at once, more wait.
-    virtual void unmap_begin(uintptr_t start, size_t len) noexcept = 0;
-    virtual void unmap_end(uintptr_t start, size_t len) noexcept = 0;
+    // unmap_begin returns a token that its unmap_end must be given.
+    virtual uint64_t unmap_begin(uintptr_t start, size_t len) noexcept = 0;
+    virtual void unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept = 0;
 
     // For trackers whose events arrive after the change (userfaultfd): between pause_hits and
     // resume_hits no vmt_get completes a hit or inserts an entry (they wait), so a monitor can

@@ -79,6 +79,7 @@ struct Notice {
     uintptr_t start = 0;
     size_t len = 0;
     TrackerSink *got[kMaxSinks];
+    uint64_t token[kMaxSinks];  // each sink's unmap_begin answer, for its unmap_end
     uint32_t mask = 0;
 };
 
@@ -114,7 +115,7 @@ void begin(Notice *n, const void *addr, size_t len)
         }
         n->got[i] = s;
         n->mask |= 1u << i;
-        s->unmap_begin(n->start, n->len);
+        n->token[i] = s->unmap_begin(n->start, n->len);
     }
     t_depth--;
 }
@@ -127,7 +128,7 @@ void end(Notice *n, bool may_reap)
     t_depth++;
     for (uint32_t left = n->mask; left; left &= left - 1) {
         int i = __builtin_ctz(left);
-        n->got[i]->unmap_end(n->start, n->len);
+        n->got[i]->unmap_end(n->start, n->len, n->token[i]);
         if (may_reap)
             n->got[i]->reap();
         g_slots[i].users.fetch_sub(1, std::memory_order_release);

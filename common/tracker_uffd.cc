@@ -302,14 +302,15 @@ void UffdTracker::drain()
     // REMOVE came before the zap (see above): keep those ranges "unmap in flight" (misses on
     // them wait, anything cached since resume_hits is dropped again) until the zap looks done.
     // (Not inside the paused section: pause_hits holds the lock unmap_begin takes.)
+    uint64_t tokens[kBatch];
     for (int i = 0; i < nremoved; i++)
-        sink_->unmap_begin(removed[i][0], removed[i][1] - removed[i][0]);
+        tokens[i] = sink_->unmap_begin(removed[i][0], removed[i][1] - removed[i][0]);
     for (int i = 0; i < nfaults; i++)
         resolve_fault(faults[i]);
     if (nremoved) {
         wait_zapped(removed, nremoved);
         for (int i = 0; i < nremoved; i++)
-            sink_->unmap_end(removed[i][0], removed[i][1] - removed[i][0]);
+            sink_->unmap_end(removed[i][0], removed[i][1] - removed[i][0], tokens[i]);
     }
     // No sink_->reap() here (it would unwatch dropped ranges sooner): a device's dereg may
     // unmap a watched range, and that thread would then wait for this one while this one

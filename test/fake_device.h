@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <vmtrack.h>
 
@@ -24,6 +25,7 @@ struct fake_device {
     atomic_int fail_next;        /* make the next reg fail with this (negative errno) */
     atomic_int fail_count;       /* ...this many times */
     size_t max_live;             /* refuse with -ENOSPC beyond this many live registrations */
+    atomic_int reg_delay_us;     /* a registration takes this long (a real device pins pages) */
     atomic_long live;
     struct vmt_device_ops ops;
 };
@@ -37,6 +39,11 @@ static int fake_reg_fn(void *ctx, void *addr, size_t len, unsigned access, void 
     }
     if (f->max_live && (size_t)atomic_load(&f->live) >= f->max_live)
         return -ENOSPC;
+    int delay_us = atomic_load(&f->reg_delay_us);
+    if (delay_us > 0) {
+        struct timespec ts = {0, (long)delay_us * 1000};
+        nanosleep(&ts, NULL);
+    }
     struct fake_reg *r = (struct fake_reg *)malloc(sizeof *r);
     if (!r)
         return -ENOMEM;
@@ -69,6 +76,7 @@ static void fake_init(struct fake_device *f, size_t max_regions)
     atomic_init(&f->fail_next, 0);
     atomic_init(&f->fail_count, 0);
     atomic_init(&f->live, 0);
+    atomic_init(&f->reg_delay_us, 0);
     f->max_live = 0;
     f->ops.sz = sizeof f->ops;
     f->ops.name = "fake";

@@ -314,6 +314,81 @@ START_TEST(t_get_during_unmap)
 }
 END_TEST
 
+/* A miss registering a range while another thread unmaps it, nothing of it cached yet (the
+ * unmap may then skip the cache's lock): the registration must not stay cached after the
+ * munmap returns. The device takes 20 us per registration, so that unmaps land inside misses. */
+struct miss_race {
+    struct env *e;
+    _Atomic(char *) range;
+    atomic_int stop;
+    atomic_long gets_ok;
+};
+
+static void *miss_in_a_loop(void *arg)
+{
+    struct miss_race *m = arg;
+    while (!atomic_load(&m->stop)) {
+        struct vmt_reg *r;
+        char *x = atomic_load(&m->range);
+        if (vmt_get(m->e->dev, x, 64 << 10, VMT_ACCESS_READ, &r) == 0) {
+            atomic_fetch_add(&m->gets_ok, 1);
+            vmt_put(r);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(t_unmap_races_a_miss)
+{
+    struct env e;
+    env_setup(&e);
+    atomic_store(&e.f.reg_delay_us, 20);
+    const size_t len = 64 << 10;
+    char *x = map_anon(len);
+    struct miss_race m = {.e = &e, .range = x};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, miss_in_a_loop, &m), 0);
+    int stale = 0, reused = 0, rounds = 1000;
+    unsigned seed = 7;
+    for (int i = 0; i < rounds; i++) {
+        /* Never MAP_FIXED: while x was unmapped, the library may have put a pool there. */
+        char *again = mmap(x, len, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (again != x) {
+            ck_assert_msg(again == MAP_FAILED && errno == EEXIST, "mmap: %s", strerror(errno));
+            x = map_anon(len);
+            atomic_store(&m.range, x);
+        }
+        memset(x, i, len);
+        usleep((unsigned)(rand_r(&seed) % 40));
+        ck_assert_int_eq(munmap(x, len), 0);
+        usleep(200);  /* a miss that was registering has finished by now */
+        struct vmt_reg *r;
+        int rc = vmt_get(e.dev, x, len, VMT_ACCESS_READ, &r);
+        if (rc == 0) {
+            vmt_put(r);
+            if (msync(x, len, MS_ASYNC) != 0)
+                stale++;  /* cached, though nothing is mapped there */
+            else
+                reused++;  /* the library mapped something there: not ours any more */
+            vmt_invalidate(e.c, x, len);
+        } else {
+            ck_assert_int_eq(rc, -EFAULT);
+        }
+    }
+    atomic_store(&m.stop, 1);
+    pthread_join(th, NULL);
+    printf("unmap races a miss: %d rounds, %ld gets succeeded while mapped, %d stale entries "
+           "(%d rounds found the range mapped again by someone else)\n",
+           rounds, atomic_load(&m.gets_ok), stale, reused);
+    ck_assert_int_eq(stale, 0);
+    ck_assert_int_gt(atomic_load(&m.gets_ok), 0);
+    vmt_flush(e.c);
+    ck_assert_int_eq(atomic_load(&e.f.deregs), atomic_load(&e.f.regs));
+    env_close(&e);
+}
+END_TEST
+
 int main(void)
 {
     g_tracker = "hooks";
@@ -328,6 +403,7 @@ int main(void)
     tcase_add_test(tc, t_shmat_remap);
     tcase_add_test(tc, t_errno_preserved);
     tcase_add_test(tc, t_get_during_unmap);
+    tcase_add_test(tc, t_unmap_races_a_miss);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
