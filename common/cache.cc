@@ -996,11 +996,8 @@ size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
     inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
     inval_count_++;
     size_t n = 0;
-    // Cached ranges never overlap, so the one starting last before `end` overlaps
-    // [start, end) if any does: one walk decides the common case, nothing cached there.
-    Entry *last = static_cast<Entry *>(index_.floor_w(end - 1));
-    if (!last || last->end.load(std::memory_order_relaxed) <= start)
-        return 0;
+    if (!index_overlaps(start, end))
+        return 0;  // the common case: nothing cached there
     Entry *p = static_cast<Entry *>(index_.floor_w(start));
     bool first_overlaps = p && p->end.load(std::memory_order_relaxed) > start;
     write_begin();
@@ -1213,6 +1210,14 @@ void Cache::after_invalidation(size_t removed, uintptr_t start, size_t len) noex
     notify_subscribers(start, len);
 }
 
+bool Cache::index_overlaps(uintptr_t start, uintptr_t end) const noexcept
+{
+    // Cached ranges never overlap, so the one starting last before `end` overlaps
+    // [start, end) if any does: one walk decides.
+    const Entry *last = static_cast<const Entry *>(index_.floor(end - 1));
+    return last && last->end.load(std::memory_order_relaxed) > start;
+}
+
 bool Cache::maybe_cached(uintptr_t start, uintptr_t end) const noexcept
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
@@ -1221,9 +1226,7 @@ bool Cache::maybe_cached(uintptr_t start, uintptr_t end) const noexcept
             cpu_relax();
             continue;
         }
-        // Cached ranges never overlap: the last one starting before `end` decides.
-        const Entry *e = static_cast<const Entry *>(index_.floor(end - 1));
-        bool overlaps = e && e->end.load(std::memory_order_relaxed) > start;
+        bool overlaps = index_overlaps(start, end);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (seq_.load(std::memory_order_relaxed) == s)
             return overlaps;

@@ -173,6 +173,8 @@ private:
     size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
     bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
     void wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept;  // until an unmap ends
+    // Whether an entry overlaps [start, end): under the lock, or inside a sequence check.
+    bool index_overlaps(uintptr_t start, uintptr_t end) const noexcept;
     bool maybe_cached(uintptr_t start, uintptr_t end) const noexcept;  // without the lock
     bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
     void lru_push_head(Entry *e) noexcept;
