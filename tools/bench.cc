@@ -478,12 +478,15 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                     fmt(miss_ns, 0) + "/" + fmt(big_miss_ns, 0), "ns", "(reported)", ""});
 
     if (opt.json) {
-        printf("{\"tracker\":\"%s\",\"hit_ns\":%.2f,\"scaling_2t\":%.3f,\"scaling_2t_cpu\":%.3f,\"ucx_hit_ns\":%.2f,"
-               "\"ucx_scaling_2t\":%.3f,\"ucx_scaling_2t_cpu\":%.3f,\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,\"hit_1e6_all_ns\":%.2f,"
-               "\"bytes_per_entry\":%.1f,\"miss_ns\":%.1f,\"regions_large\":%zu,\"trackers\":[",
-               tracker_used, hit1, scaling, cpu_scaling, ucx1, ucx_scaling, ucx_cpu_scaling, ucx_ratio, call_floor, floor_scaling, floor_cpu_scaling, steal_share, hit_big_hot,
-               hit_big_all,
-               bytes_per_entry, miss_again_ns, big);
+        printf("{\"tracker\":\"%s\",\"hit_ns\":%.2f,\"scaling_2t\":%.3f,\"scaling_2t_cpu\":%.3f,"
+               "\"ucx_hit_ns\":%.2f,\"ucx_scaling_2t\":%.3f,\"ucx_scaling_2t_cpu\":%.3f,"
+               "\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,"
+               "\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,"
+               "\"hit_1e6_all_ns\":%.2f,\"bytes_per_entry\":%.1f,\"miss_ns\":%.1f,"
+               "\"regions_large\":%zu,\"trackers\":[",
+               tracker_used, hit1, scaling, cpu_scaling, ucx1, ucx_scaling, ucx_cpu_scaling,
+               ucx_ratio, call_floor, floor_scaling, floor_cpu_scaling, steal_share, hit_big_hot,
+               hit_big_all, bytes_per_entry, miss_again_ns, big);
         bool first = true;
         for (const auto &t : per_tracker) {
             printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
