@@ -7,9 +7,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "cache.h"
-#include "env.h"
-#include "log.h"
+#include "cache/cache.h"
+#include "util/env.h"
+#include "util/log.h"
 #include "vmtrack.h"
 
 using vmt::Cache;

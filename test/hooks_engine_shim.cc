@@ -1,9 +1,9 @@
-// C entry points into the hooks' patching engine (common/hooks_patch.cc, compiled into the test
+// C entry points into the hooks' patching engine (common/trackers/hooks_patch.cc, compiled into the test
 // itself: libvmtrack does not export it), for test_hooks_engine.c.
 #include <cstdio>
 #include <cstring>
 
-#include "hooks_patch.h"
+#include "trackers/hooks_patch.h"
 
 namespace {
 vmt::PatchSite g_site = {"synthetic", nullptr};

@@ -1,5 +1,5 @@
 /* The scenario suite for every tracker available here: each tracker must catch every scenario
- * it claims (test/scenarios/harness.c: scn_vmtrack_claims); trackers that are not available
+ * it claims (tools/scenarios/harness.c: scn_vmtrack_claims); trackers that are not available
  * say why and are skipped, never counted as passing. A positive control checks that the suite
  * does see a stale registration when nothing tracks the address space ("none"). */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* `vmtrack check`: run the scenario suite (test/scenarios/) for every tracker available here and
+/* `vmtrack check`: run the scenario suite (tools/scenarios/) for every tracker available here and
  * print scenario x tracker -> caught / STALE / n/a. Exits 1 when a tracker fails a scenario it
  * claims to cover (stale, error or crash), 0 otherwise. */
 #define _GNU_SOURCE
@@ -11,7 +11,7 @@
 #include <vmtrack.h>
 
 #include "commands.h"
-#include "../test/scenarios/scenario.h"
+#include "scenarios/scenario.h"
 
 /* In the order "auto" prefers them; "none" only when asked for by name (it claims nothing). */
 static const char *const kTrackers[] = {"kmod", "hooks", "uffd", "pass"};

@@ -6,10 +6,10 @@
 extern "C" {
 #endif
 int vmtrack_cmd_info(int argc, char **argv);   /* tools/info.cc */
-int vmtrack_cmd_bench(int argc, char **argv);  /* tools/bench.cc */
+int vmtrack_cmd_bench(int argc, char **argv);  /* bench/bench.cc */
 int vmtrack_cmd_check(int argc, char **argv);  /* tools/check.c: the scenario table */
 
-/* The same hit workload run on UCX's ucs_rcache (tools/bench_ucx.c), for --compare-ucx. */
+/* The same hit workload run on UCX's ucs_rcache (bench/bench_ucx.c), for --compare-ucx. */
 struct vmtrack_ucx_bench {
     size_t regions;        /* distinct regions, each registered once then hit at random */
     size_t region_bytes;   /* size of each region (regions are separated by a gap) */

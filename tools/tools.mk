@@ -1,15 +1,17 @@
-# The `vmtrack` command: info, bench, check.
-bin_PROGRAMS += vmtrack
-vmtrack_SOURCES = tools/vmtrack.cc tools/commands.h tools/info.cc tools/bench.cc tools/check.c
-vmtrack_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) $(IBVERBS_CFLAGS)
-vmtrack_LDADD = libvmtrack.la $(URING_LIBS) $(IBVERBS_LIBS) -lpthread
+# The `vmtrack` command (info, check, bench) and the scenario suite that `vmtrack check` runs
+# (tools/scenarios/: scenarios, the vmtrack provider, the harness, the stress). The suite is a
+# convenience library: the tests and the Open MPI and UCX providers link it too.
+noinst_LTLIBRARIES += libscenarios.la
+libscenarios_la_SOURCES = \
+	tools/scenarios/scenario.h tools/scenarios/scn_internal.h \
+	tools/scenarios/harness.c tools/scenarios/scenarios.c \
+	tools/scenarios/provider_vmtrack.c tools/scenarios/stress.c
+libscenarios_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
+libscenarios_la_LIBADD = libvmtrack.la $(URING_LIBS) -lpthread
 
-# UCX's side of `vmtrack bench --compare-ucx`, in a process of its own (see the source).
-if HAVE_UCX
-bin_PROGRAMS += vmtrack-ucx-bench
-vmtrack_ucx_bench_SOURCES = tools/bench_ucx_main.c tools/bench_ucx.c tools/commands.h
-vmtrack_ucx_bench_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS)
-vmtrack_ucx_bench_LDADD = $(UCX_LIBS) -lpthread
-else
-EXTRA_DIST += tools/bench_ucx_main.c tools/bench_ucx.c
-endif
+bin_PROGRAMS += vmtrack
+vmtrack_SOURCES = tools/vmtrack.cc tools/commands.h tools/info.cc tools/check.c \
+	bench/bench.cc bench/tracker_bench.cc bench/tracker_bench.h
+vmtrack_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(URING_CFLAGS) $(IBVERBS_CFLAGS) \
+	-DVMT_PKGLIBEXECDIR='"$(pkglibexecdir)"'
+vmtrack_LDADD = libscenarios.la libvmtrack.la $(URING_LIBS) $(IBVERBS_LIBS) -lpthread

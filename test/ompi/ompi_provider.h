@@ -1,4 +1,4 @@
-/* Scenario-suite providers (test/scenarios/scenario.h) that register through Open MPI's rcache
+/* Scenario-suite providers (tools/scenarios/scenario.h) that register through Open MPI's rcache
  * framework: mca_rcache_base_module_create("vmtrack" or "grdma") with a register_mem that puts
  * the buffer into a slot of the ring's io_uring fixed-buffer table. MPI_Init must have run.
  *

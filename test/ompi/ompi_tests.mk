@@ -1,6 +1,6 @@
 # Tests of the Open MPI rcache component (included from ompi-rcache/ompi.mk, inside
 # `if HAVE_OMPI`). They load the component from the build tree (test/ompi/ompi_testenv.c).
-OMPI_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/test \
+OMPI_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/tools \
 	$(OMPI_INTERNAL_CPPFLAGS) $(CHECK_CFLAGS) $(URING_CFLAGS) \
 	-DVMT_OMPI_BUILDDIR='"$(abs_top_builddir)"' \
 	-DVMT_OMPI_SYSTEM_COMPONENTDIR='"$(OMPI_SYSTEM_COMPONENTDIR)"'
@@ -28,16 +28,6 @@ test_ompi_test_ompi_scenarios_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_test_ompi_scenarios_LDADD = libscenarios.la $(OMPI_TEST_LIBS) $(URING_LIBS)
 test_ompi_test_ompi_scenarios_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_scenarios_DEPENDENCIES = $(OMPI_TEST_DEPS)
-
-# Benchmark (built by `make check`, run by hand): hit cost of vmtrack against grdma through
-# the framework. ./test/ompi/ompi_bench [pairs]
-check_PROGRAMS += test/ompi/ompi_bench
-test_ompi_ompi_bench_SOURCES = test/ompi/ompi_bench.c test/ompi/ompi_testenv.c \
-	test/ompi/ompi_testenv.h
-test_ompi_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
-test_ompi_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
-test_ompi_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
-EXTRA_test_ompi_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
 
 # The MPI job for mpirun -np 2 through a real BTL (test/ompi/mpirun_rxe.sh, in the guest rig).
 check_PROGRAMS += test/ompi/mpi_rdma_check

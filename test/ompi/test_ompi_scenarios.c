@@ -1,4 +1,4 @@
-/* The scenario suite (test/scenarios/) through Open MPI's rcache framework: after MPI_Init,
+/* The scenario suite (tools/scenarios/) through Open MPI's rcache framework: after MPI_Init,
  * each scenario creates its module with mca_rcache_base_module_create ("vmtrack" with each
  * tracker available here, and "grdma") over io_uring fixed buffers, changes the address space
  * and checks with WRITE_FIXED whether a stale registration was used. Prints the table.

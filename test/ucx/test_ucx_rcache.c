@@ -101,7 +101,7 @@ START_TEST(test_external_events)
 END_TEST
 
 /* Workers get/write/check/put while mutators unmap, remap, free and malloc the same buffers
- * (test/scenarios/stress.c): with the module no checked write may find old bytes. */
+ * (tools/scenarios/stress.c): with the module no checked write may find old bytes. */
 START_TEST(test_stress)
 {
     struct scn_stress_opts o = {.workers = 2, .mutators = 2, .slots = 16, .duration_ms = 2000};

@@ -5,7 +5,7 @@ check_PROGRAMS += test/ucx/test_ucx_rcache
 TESTS += test/ucx/test_ucx_rcache
 test_ucx_test_ucx_rcache_SOURCES = test/ucx/test_ucx_rcache.c test/ucx/provider_ucx.c \
 	test/ucx/provider_ucx.h
-test_ucx_test_ucx_rcache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/test $(CHECK_CFLAGS) \
+test_ucx_test_ucx_rcache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS) \
 	$(URING_CFLAGS) $(UCX_CFLAGS) \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
 test_ucx_test_ucx_rcache_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) \

@@ -33,7 +33,7 @@ else
 	echo "SKIP: vmtrack check --tracker kmod ($b/vmtrack not built)"
 fi
 echo "=== figures (not pass/fail)"
-"$b/test/kmod/kmod_bench" 100000 || failed+=("kmod_bench")
+"$b/bench/kmod_bench" 100000 || failed+=("kmod_bench")
 # vmtrack bench takes minutes under TCG: only when asked (VMT_VM_BENCH=1 make check-vm).
 if [ -x "$b/vmtrack" ] && [ "${VMT_VM_BENCH:-0}" = 1 ]; then
 	for t in kmod none; do

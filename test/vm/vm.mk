@@ -5,21 +5,19 @@
 EXTRA_DIST += test/vm/run test/vm/check-vm.sh test/vm/README.md test/kmod/loadcycle.sh
 
 # Outside the guest (plain `make check`) the contract test finds no /dev/vmtrack and skips.
-check_PROGRAMS += test/kmod/kmod_contract test/kmod/kmod_bench test/kmod/test_kmod_tracker
+check_PROGRAMS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
 TESTS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
 test_kmod_kmod_contract_SOURCES = test/kmod/kmod_contract.c test/kmod/kmod_util.h
 test_kmod_kmod_contract_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi $(CHECK_CFLAGS)
 test_kmod_kmod_contract_LDADD = $(CHECK_LIBS) -lpthread
-test_kmod_kmod_bench_SOURCES = test/kmod/kmod_bench.c test/kmod/kmod_util.h
-test_kmod_kmod_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi
-test_kmod_test_kmod_tracker_SOURCES = test/kmod/test_kmod_tracker.c test/fake_device.h
+test_kmod_test_kmod_tracker_SOURCES = test/kmod/test_kmod_tracker.c test/fake_device.h test/check_run.h
 test_kmod_test_kmod_tracker_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_kmod_test_kmod_tracker_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
 
 VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540
 
-check-vm: kmod test/kmod/kmod_contract$(EXEEXT) test/kmod/kmod_bench$(EXEEXT) \
+check-vm: kmod test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
 	  test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) test/test_verbs$(EXEEXT)
 	$(VM_RUN) --timeout $(VM_TIMEOUT) --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
 	  $(SHELL) $(abs_top_srcdir)/test/vm/check-vm.sh $(abs_top_builddir) $(abs_top_srcdir)

@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kmod/uapi/vmtrack_kmod.h"
-#include "log.h"
-#include "tracker.h"
+#include "../../kmod/uapi/vmtrack_kmod.h"
+#include "util/log.h"
+#include "trackers/tracker.h"
 
 namespace vmt {
 namespace {

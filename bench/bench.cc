@@ -261,7 +261,7 @@ struct CpuSteal {
 
 std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
 
-// UCX runs in its own process (tools/bench_ucx_main.c): loading libucm patches libc, which
+// UCX runs in its own process (bench/bench_ucx_main.c): loading libucm patches libc, which
 // would change what this process measures and take the hooks tracker away.
 int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, double *ns, double *rate,
             double *cpu_rate)
@@ -273,12 +273,19 @@ int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, doubl
     self[n] = '\0';
     std::string dir(self);
     dir = dir.substr(0, dir.rfind('/'));
-    // Under libtool the binary runs from .libs/; the helper's wrapper is one level up.
-    std::string prog = dir + "/vmtrack-ucx-bench";
-    if (access(prog.c_str(), X_OK) != 0)
-        prog = dir + "/../vmtrack-ucx-bench";
-    if (access(prog.c_str(), X_OK) != 0) {
-        fprintf(stderr, "vmtrack bench: no vmtrack-ucx-bench next to vmtrack (built without UCX?)\n");
+    // In the build tree the helper sits next to the command (under libtool the command runs
+    // from .libs/, one level down); installed, it is in the package's libexec directory.
+    std::string prog;
+    for (const std::string &p : {dir + "/vmtrack-ucx-bench", dir + "/../vmtrack-ucx-bench",
+                                 std::string(VMT_PKGLIBEXECDIR) + "/vmtrack-ucx-bench"}) {
+        if (access(p.c_str(), X_OK) == 0) {
+            prog = p;
+            break;
+        }
+    }
+    if (prog.empty()) {
+        fprintf(stderr, "vmtrack bench: no vmtrack-ucx-bench in %s or next to vmtrack (built "
+                        "without UCX?)\n", VMT_PKGLIBEXECDIR);
         return -ENOENT;
     }
     std::string cmd = prog + " " + std::to_string(regions) + " " + std::to_string(region_bytes) +

@@ -23,10 +23,10 @@
 
 #include <pthread.h>
 
-#include "holds.h"
-#include "index.h"
-#include "pool.h"
-#include "tracker.h"
+#include "index/holds.h"
+#include "index/index.h"
+#include "index/pool.h"
+#include "trackers/tracker.h"
 #include "vmtrack.h"
 
 namespace vmt {

@@ -1,5 +1,5 @@
 /* Micro-benchmark of a tracker's cost on unmapping (internal; used by `vmtrack bench` and
- * test/bench_trackers). C linkage. */
+ * bench/bench_trackers). C linkage. */
 #ifndef VMTRACK_COMMON_TRACKER_BENCH_H
 #define VMTRACK_COMMON_TRACKER_BENCH_H
 

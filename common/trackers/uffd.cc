@@ -32,7 +32,7 @@
 
 #include <new>
 
-#include "tracker.h"
+#include "trackers/tracker.h"
 
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1

@@ -2,7 +2,7 @@
 // to call it). "pass": nothing is cached, so there is nothing to track.
 #include "config.h"
 
-#include "tracker.h"
+#include "trackers/tracker.h"
 
 namespace vmt {
 

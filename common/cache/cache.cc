@@ -1,5 +1,5 @@
 #include "config.h"
-#include "cache.h"
+#include "cache/cache.h"
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <new>
 
-#include "log.h"
-#include "tracker_select.h"
+#include "util/log.h"
+#include "trackers/select.h"
 
 namespace vmt {
 

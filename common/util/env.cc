@@ -1,11 +1,11 @@
 #include "config.h"
-#include "env.h"
+#include "util/env.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
-#include "log.h"
+#include "util/log.h"
 
 extern char **environ;
 

@@ -1,7 +1,7 @@
 #ifndef VMTRACK_COMMON_TRACKER_SELECT_H
 #define VMTRACK_COMMON_TRACKER_SELECT_H
 
-#include "tracker.h"
+#include "trackers/tracker.h"
 
 namespace vmt {
 

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tracker_select.h"
+#include "trackers/select.h"
 
 namespace vmt {
 

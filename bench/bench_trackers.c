@@ -1,6 +1,6 @@
 /* Micro-benchmark (not a test): what each tracker adds to unmapping. Prints, per tracker
  * available here, the extra cost of mmap+munmap of memory the cache does not hold, the tracker's
- * own work per munmap, and the cost of munmap of a range it holds. Run: test/bench_trackers [tracker...] */
+ * own work per munmap, and the cost of munmap of a range it holds. Run: bench/bench_trackers [tracker...] */
 #include <stdio.h>
 #include <string.h>
 

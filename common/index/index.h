@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "pool.h"
+#include "index/pool.h"
 
 namespace vmt {
 

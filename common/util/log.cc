@@ -1,5 +1,5 @@
 #include "config.h"
-#include "log.h"
+#include "util/log.h"
 
 #include <atomic>
 #include <cstdarg>

@@ -1,5 +1,5 @@
 #include "config.h"
-#include "holds.h"
+#include "index/holds.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>

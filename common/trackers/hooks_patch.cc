@@ -1,5 +1,5 @@
 // Entry patching for the hooks tracker; see hooks_patch.h for the method and why.
-#include "hooks_patch.h"
+#include "trackers/hooks_patch.h"
 
 #include <algorithm>
 #include <cerrno>

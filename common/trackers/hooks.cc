@@ -29,10 +29,10 @@
 
 #include <new>
 
-#include "hooks_guard.h"
-#include "hooks_patch.h"
-#include "log.h"
-#include "tracker.h"
+#include "trackers/hooks_guard.h"
+#include "trackers/hooks_patch.h"
+#include "util/log.h"
+#include "trackers/tracker.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24

@@ -1,0 +1,34 @@
+# Benchmarks, all through the public API. `vmtrack bench` itself (bench/bench.cc and the
+# tracker's unmap cost, bench/tracker_bench.cc) is linked into the `vmtrack` command
+# (tools/tools.mk); the rest are built by `make check` and run by hand.
+
+# UCX's side of `vmtrack bench --compare-ucx`, in a process of its own (loading UCX patches
+# libc); a helper of the command, so it goes to libexec.
+if HAVE_UCX
+pkglibexec_PROGRAMS = vmtrack-ucx-bench
+vmtrack_ucx_bench_SOURCES = bench/bench_ucx_main.c bench/bench_ucx.c tools/commands.h
+vmtrack_ucx_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(UCX_CFLAGS)
+vmtrack_ucx_bench_LDADD = $(UCX_LIBS) -lpthread
+else
+EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c
+endif
+
+# What each user-space tracker adds to munmap: ./bench/bench_trackers
+check_PROGRAMS += bench/bench_trackers
+bench_bench_trackers_SOURCES = bench/bench_trackers.c bench/tracker_bench.cc bench/tracker_bench.h
+bench_bench_trackers_LDADD = libvmtrack.la
+
+# The module's own costs (watch, unwatch, munmap of a watched range), run in the guest.
+check_PROGRAMS += bench/kmod_bench
+bench_kmod_bench_SOURCES = bench/kmod_bench.c test/kmod/kmod_util.h
+bench_kmod_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi -I$(top_srcdir)/test/kmod
+
+# Hit cost of vmtrack against grdma through Open MPI's rcache framework: ./bench/ompi_bench [pairs]
+if HAVE_OMPI
+check_PROGRAMS += bench/ompi_bench
+bench_ompi_bench_SOURCES = bench/ompi_bench.c test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+bench_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi
+bench_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
+bench_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_bench_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
+endif
