@@ -168,7 +168,7 @@ void *vmt_device_ctx(const struct vmt_device *dev)
     return dev ? reinterpret_cast<const Device *>(dev)->ctx : nullptr;
 }
 
-/* vmt_get and vmt_put are in cache.cc, beside the hit path they inline. */
+/* vmt_get and vmt_put are in cache/hit.cc, beside the hit path they inline. */
 
 void *vmt_reg_handle(const struct vmt_reg *reg)
 {

@@ -106,7 +106,7 @@ struct Entry {
 };
 
 class Cache final : public TrackerSink {
-    // The hit path is flattened into vmt_get (cache.cc), which reads the fields below.
+    // The hit path is flattened into vmt_get (hit.cc), which reads the fields below.
     friend int ::vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                          struct vmt_reg **out);
 
@@ -127,8 +127,6 @@ public:
     const char *tracker_name() const noexcept { return tracker_->name(); }
     const std::string &tracker_report() const noexcept { return tracker_report_; }
     std::string tracker_details() const { return tracker_->describe(); }
-    size_t max_entries() const noexcept { return max_entries_; }
-    size_t max_bytes() const noexcept { return max_bytes_; }
 
     // TrackerSink
     void invalidate(uintptr_t start, size_t len) noexcept override;
@@ -143,14 +141,36 @@ public:
     static void parent_after_fork() noexcept;
     static void child_after_fork() noexcept;
 
-    // Memory accounting for `vmtrack bench`: bytes the cache's pools and index have mapped.
-    size_t bytes_reserved() const noexcept;
-
 private:
     Cache() = default;
 
-    struct Plan;
+    // A miss (miss.cc) plans under the lock what to register: the request, the entry it
+    // upgrades (base), or the union of the request and the entries it touches; registers it
+    // without the lock; and inserts it under the lock if nothing invalidated the range since
+    // `mark`.
+    struct Plan {
+        uintptr_t start, end;
+        unsigned access;         // with the rights the device had on what the range replaces
+        Entry *base;             // the entry the registration joins, or nullptr for a new one
+        uint64_t mark;           // inval_count_ when planned
+        WatchToken watch;        // a new entry's watch (register_plan)
+        void *handle;            // the device's registration (register_plan)
+    };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
+    // Under the lock. true: another thread registered the range meanwhile (hold taken, *out).
+    bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
+                   ThreadRecord *t, Plan *plan, Reg **out) noexcept;
+    void plan_union(Device *dev, Plan *plan) noexcept;
+    int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
+    int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
+                    ThreadRecord *t, Reg **out) noexcept;
+    bool plan_still_valid(const Plan &plan) const noexcept;
+    void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
+    bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge) noexcept;
+    // dev->ops.reg; if the device is out of room and *may_evict, evicts one entry of the
+    // device (never `keep`) and tries once more (and clears *may_evict).
+    int reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,
+                     bool *may_evict, void **handle) noexcept;
     int get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
     bool hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t, Reg **out) noexcept;
     void take_hold(ThreadRecord *t, Reg *r) noexcept;
@@ -170,6 +190,12 @@ private:
     }
     void remove_entry(Entry *e) noexcept;
     void retire(Reg *r) noexcept;
+    // Retires dev's registrations of e (*retired: whether there was one) and returns e's other
+    // registrations, in order, as the list the caller publishes in e->regs.
+    Reg *retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept;
+    // Removes every entry overlapping [start, end) (touching: also those ending at start or
+    // starting at end), inside a write section; returns how many.
+    size_t remove_overlapping(uintptr_t start, uintptr_t end, bool touching) noexcept;
     size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
     bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
     void wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept;  // until an unmap ends
@@ -183,10 +209,25 @@ private:
     bool over_limits(Device *dev, size_t adding) const noexcept;
 
     void reclaim() noexcept;
-    void free_reg(Reg *r) noexcept;
+    // The device call and the counters of a deregistration of `len` bytes (no lock needed).
+    void deregister(Device *dev, void *handle, size_t len) noexcept;
     void notify_subscribers(uintptr_t start, size_t len) noexcept;
     void after_invalidation(size_t removed, uintptr_t start, size_t len) noexcept;
     void maybe_after_fork() noexcept;
+
+    // The validity-word test: whether the tracker's word for a watch no longer holds the value
+    // it had when the range was watched, i.e. the pages changed (trackers without words point
+    // words_ at words that never change). W is an Entry or a memo slot.
+    template <typename W>
+    bool watch_changed(const W *w) const noexcept
+    {
+        uint32_t word = words_[w->watch_handle.load(std::memory_order_relaxed)].load(std::memory_order_acquire);
+        return word != w->watch_expect.load(std::memory_order_relaxed);
+    }
+    bool watch_changed(const WatchToken &tok) const noexcept
+    {
+        return words_[tok.handle].load(std::memory_order_acquire) != tok.expect;
+    }
 
     // ---- hit path: read-mostly ----
     alignas(64) std::atomic<uint64_t> seq_{0};
@@ -285,17 +326,19 @@ private:
     struct Sub { vmt_event_fn fn; void *arg; } subs_[kMaxSubscribers] {};
     int nsubs_ = 0;
 
-    // Statistics (hits are counted per thread, see holds.h).
-    std::atomic<uint64_t> hits_shared_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
-        invalidations_{0}, evictions_{0}, uncached_{0}, merges_{0}, upgrades_{0}, retries_{0},
-        deferred_{0}, memo_wraps_{0};
-    std::atomic<uint64_t> bytes_registered_{0};
+    // Statistics (hits are counted per thread, see holds.h). One struct, so that the child of
+    // a fork resets them all at once (fork.cc): a counter added here cannot be left out.
+    struct Counters {
+        std::atomic<uint64_t> hits_shared{0}, misses{0}, registrations{0}, deregistrations{0},
+            invalidations{0}, evictions{0}, uncached{0}, merges{0}, upgrades{0}, retries{0},
+            deferred{0}, memo_wraps{0}, bytes_registered{0};
+    } counts_;
 
     std::atomic<bool> needs_fork_fixup_{false};
     Cache *next_cache_ = nullptr;  // in the list of all caches (for fork)
 };
 
-// The parts of vmt_get and vmt_put that are not the common hit (cache.cc).
+// The parts of vmt_get and vmt_put that are not the common hit (hit.cc).
 int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out);
 int get_rare(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out,
              uintptr_t found);

@@ -1,0 +1,81 @@
+// Eviction: the LRU list of entries and the limits (entries, bytes, a device's regions).
+//
+// Invariant: eviction only retires (remove_entry), under the index lock inside a write
+// section, like any other removal; it never deregisters, so a held registration stays valid
+// until its holder puts it (retire.cc). An entry found recently used gets a second chance at
+// the head instead; `keep` (the entry a miss is filling) is never evicted, and every walk is
+// bounded (twice the entries), so eviction ends even when nothing can go.
+#include "config.h"
+#include "cache/cache.h"
+
+#include <mutex>
+
+namespace vmt {
+
+namespace {
+inline bool tick_after(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
+}  // namespace
+
+bool Cache::over_limits(Device *dev, size_t adding) const noexcept
+{
+    if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
+        return true;
+    if (dev && dev->ops.max_regions && dev->regions + (adding ? 1 : 0) > dev->ops.max_regions)
+        return true;
+    return false;
+}
+
+void Cache::lru_push_head(Entry *e) noexcept
+{
+    e->lru_prev = nullptr;
+    e->lru_next = lru_head_;
+    if (lru_head_)
+        lru_head_->lru_prev = e;
+    lru_head_ = e;
+    if (!lru_tail_)
+        lru_tail_ = e;
+}
+
+void Cache::lru_unlink(Entry *e) noexcept
+{
+    if (e->lru_prev)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        lru_head_ = e->lru_next;
+    if (e->lru_next)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        lru_tail_ = e->lru_prev;
+    e->lru_prev = e->lru_next = nullptr;
+}
+
+size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
+{
+    size_t evicted = 0;
+    size_t budget = 2 * entry_count_ + 2;
+    while (lru_tail_ && budget--) {
+        bool need = evicted < want || over_limits(nullptr, 0) ||
+                    (for_dev && over_limits(for_dev, 1) && for_dev->regions > 0);
+        if (!need)
+            break;
+        Entry *e = lru_tail_;
+        bool has_dev = !for_dev;
+        for (Reg *r = e->regs.load(std::memory_order_relaxed); r && !has_dev; r = r->next.load(std::memory_order_relaxed))
+            has_dev = r->dev.load(std::memory_order_relaxed) == for_dev;
+        bool recently_used = tick_after(e->last_use.load(std::memory_order_relaxed), e->lru_stamp);
+        if (e == keep || recently_used || (!has_dev && !over_limits(nullptr, 0))) {
+            // Second chance: it was used since it last reached the head.
+            lru_unlink(e);
+            e->lru_stamp = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+            e->last_use.store(e->lru_stamp, std::memory_order_relaxed);
+            lru_push_head(e);
+            continue;
+        }
+        remove_entry(e);
+        counts_.evictions.fetch_add(1, std::memory_order_relaxed);
+        evicted++;
+    }
+    return evicted;
+}
+
+}  // namespace vmt

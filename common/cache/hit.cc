@@ -1,0 +1,424 @@
+// The hit path: vmt_get and vmt_put, the memo in front of the index, the lock-free walk of the
+// index, and what they inline (kept in this one file so that the common hit compiles to a
+// leaf function).
+//
+// Why a hit never hands out a stale registration:
+// - A hit through the tree reads the index inside a sequence-count section (seq_ is odd while a
+//   writer changes it), publishes its hold in the thread's own record, fences (publish_fence),
+//   and checks the sequence again: a retirement either came before its read (the count moved,
+//   the hold is taken back) or sees the hold (reclaim waits for it, after reader_barrier).
+// - A hit through the memo uses a slot only while the slot's stamp carries the cache's current
+//   retire epoch. Every retirement moves the epoch (retire() -> move_epoch()) before the
+//   registration can be deregistered, so a slot filled before a retirement is never valid
+//   after it; a hit that published its hold and then sees the epoch moved backs out.
+// - Memo and tree both check the tracker's validity word (kmod) for the entry's watch: a word
+//   that changed means the pages changed, and the miss path drops the entry.
+// - A memo slot is never trusted for the range: its entry must cover the request, and access
+//   rights are tested against the registration's (one AND with `denied`).
+#include "config.h"
+#include "cache/cache.h"
+
+#include <cerrno>
+
+#include "cache/internal.h"
+#include "util/log.h"
+
+namespace vmt {
+
+namespace {
+constexpr int kMaxRegWalk = 16;  // registrations looked at per entry on a hit
+
+// The first slot of the two-slot set for a memo tag.
+inline size_t memo_set(uint64_t tag)
+{
+    return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> 50) * 2;
+}
+}  // namespace
+
+// A hit through the memo: one slot, no tree walk, nothing shared written. Everything that
+// makes a device or a cache unfit for it (detached, forked away, not caching) is folded into
+// the device's memo tag, so that it costs nothing here. The result is the registration
+// (its address), or kMemoMiss, or, for cases that get_rare takes over: kMemoProbe (look at
+// both ways of the set, or the hold's home slot is taken) and registration | kMemoBackout (a
+// retirement raced the hit: the hold must be taken back). This function looks at both ways
+// and probes for a hold slot; vmt_get has the first-way, home-slot case written out, so that
+// its common path is a leaf.
+constexpr uintptr_t kMemoMiss = 0, kMemoProbe = 2, kMemoBackout = 1;
+
+uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
+                                     ThreadRecord *t) noexcept
+{
+    uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
+    if (dev_tag == kNoMemo)
+        return kMemoMiss;  // not memoized (and maybe no per-thread hit counter)
+    uint64_t tag = (addr >> 12) | dev_tag;
+    uint64_t epoch = epoch_.load(std::memory_order_acquire);
+    const MemoSlot *m = &memo_[memo_set(tag)];
+    if (m->tag.load(std::memory_order_relaxed) != tag)
+        m++;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    uint64_t stamp = m->stamp.load(std::memory_order_acquire);
+    if ((uint32_t)stamp != (uint32_t)epoch || m->tag.load(std::memory_order_relaxed) != tag ||
+        m->end.load(std::memory_order_relaxed) < end ||
+        (access & m->denied.load(std::memory_order_relaxed)))
+        return kMemoMiss;
+    if (words_ != always_valid_ && watch_changed(m))
+        return kMemoMiss;  // the tracker says the pages changed (or a torn read: see below)
+    HoldKey key = slot_id(m->hold.load(std::memory_order_relaxed));  // the registration
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (m->stamp.load(std::memory_order_relaxed) != stamp)
+        return kMemoMiss;
+    if (!hold_add(t, key))
+        return kMemoMiss;  // no free slot: the tree path takes the shared counter
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
+    if (epoch_.load(std::memory_order_acquire) != epoch)
+        return key | kMemoBackout;
+    count_memo_hit(t->hits[stat_slot_], m);
+    return key;
+}
+
+// Only caches with a per-thread hit counter use the memo (see attach).
+inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept
+{
+#if defined(__x86_64__)
+    // Only this thread writes its counter; other threads read it (stats). One add to memory
+    // is a single-copy-atomic write on x86-64, and one instruction instead of three.
+    uint64_t *raw = reinterpret_cast<uint64_t *>(&hits);
+    asm volatile("addq $1, %0" : "+m"(*raw));
+    bool sample = (hits.load(std::memory_order_relaxed) & 15) == 0;
+#else
+    uint64_t h = hits.load(std::memory_order_relaxed) + 1;
+    hits.store(h, std::memory_order_relaxed);
+    bool sample = (h & 15) == 0;
+#endif
+    // Recency for LRU, sampled so that steady hits do not touch the entry's line. The entry is
+    // read outside the stamp check: it is only a hint, and entries are never unmapped, so at
+    // worst another entry looks recently used.
+    if (__builtin_expect(sample, 0)) {
+        Entry *e = m->entry.load(std::memory_order_relaxed);
+        uint32_t tick = tick_.load(std::memory_order_relaxed);
+        if (e && e->last_use.load(std::memory_order_relaxed) != tick)
+            e->last_use.store(tick, std::memory_order_relaxed);
+    }
+}
+
+void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+{
+    uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
+    uintptr_t page = addr >> 12;
+    // Page 0 is never memoized, so that vmt_get(NULL, ...) cannot hit.
+    if (dev_tag == kNoMemo || page == 0 || (epoch & 1) ||
+        g_readers_fence.load(std::memory_order_relaxed))
+        return;
+    uint64_t tag = page | dev_tag;
+    // Of the set's two slots, take the one already holding this tag, else one that is stale,
+    // else the second (the first keeps the older, still valid page).
+    MemoSlot *set = &memo_[memo_set(tag)];
+    int way = 1;
+    for (int w = 0; w < 2; w++)
+        if (set[w].tag.load(std::memory_order_relaxed) == tag ||
+            (uint32_t)set[w].stamp.load(std::memory_order_relaxed) != (uint32_t)epoch) {
+            way = w;
+            break;
+        }
+    MemoSlot &m = set[way];
+    uint64_t old = m.stamp.load(std::memory_order_relaxed);
+    if (old & 1)
+        return;  // another thread is filling it
+    uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
+    if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_acq_rel))
+        return;
+    // The epoch read before the lookup must still be the current one, all 64 bits of it: a
+    // filler stopped for 2^31 retirements must not bring back a slot from before the wrap.
+    if (epoch_.load(std::memory_order_seq_cst) != epoch) {
+        m.stamp.compare_exchange_strong(writing, writing & ~0xffffffffull, std::memory_order_release);
+        return;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    m.tag.store(tag, std::memory_order_relaxed);
+    m.hold.store(make_slot(hold_key(r), 1), std::memory_order_relaxed);
+    m.entry.store(e, std::memory_order_relaxed);
+    m.end.store(e->end.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.denied.store(~reg_access(r), std::memory_order_relaxed);
+    m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    // Fails (and leaves the slot invalid) if clear_memo went over it meanwhile.
+    m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release);
+}
+
+// Under lock_. Memo slots filled before this moment stop being valid.
+void Cache::move_epoch() noexcept
+{
+    uint64_t next = epoch_.load(std::memory_order_relaxed) + 2;
+    if ((uint32_t)next == 0) {
+        // The low half wraps: slots from 2^31 retirements ago would look valid again. Close
+        // the memo (an odd epoch matches no slot), invalidate every slot, then reopen.
+        epoch_.store(next - 1, std::memory_order_seq_cst);
+        clear_memo();
+        next += 2;
+        counts_.memo_wraps.fetch_add(1, std::memory_order_relaxed);
+    }
+    epoch_.store(next, std::memory_order_release);
+}
+
+void Cache::clear_memo() noexcept
+{
+    for (size_t i = 0; i < kMemoSlots; i++) {
+        uint64_t s = memo_[i].stamp.load(std::memory_order_relaxed);
+        // A new fill count and epoch 0 (never valid); a filler in progress fails to publish.
+        while (!memo_[i].stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32,
+                                                     std::memory_order_acq_rel)) {
+        }
+    }
+}
+
+// The hit through the tree, under the sequence count; fills the memo for next time.
+bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t,
+                Reg **out) noexcept
+{
+    for (int spin = 0; spin < kHitSpins; spin++) {
+        uint64_t epoch = epoch_.load(std::memory_order_acquire);
+        uint64_t s = seq_.load(std::memory_order_acquire);
+        if (s & 1) {
+            cpu_relax();
+            continue;
+        }
+        Entry *e = static_cast<Entry *>(index_.floor(addr));
+        if (e && e->end.load(std::memory_order_relaxed) < end)
+            e = nullptr;
+        Reg *r = nullptr;
+        if (e) {
+            r = e->regs.load(std::memory_order_acquire);
+            for (int n = 0; r && n < kMaxRegWalk; n++, r = r->next.load(std::memory_order_relaxed))
+                if (r->dev.load(std::memory_order_relaxed) == dev && (reg_access(r) & access) == access)
+                    break;
+            if (r && watch_changed(e))
+                r = nullptr;  // the tracker says the pages changed: the miss path drops it
+        }
+        if (!r) {
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (seq_.load(std::memory_order_acquire) != s)
+                continue;
+            return false;
+        }
+        HoldKey key = hold_key(r);
+        bool shared = !hold_add(t, key);
+        if (shared)
+            r->shared_holds.fetch_add(1, std::memory_order_relaxed);
+        publish_fence();
+        if (seq_.load(std::memory_order_acquire) != s) {
+            if (shared)
+                r->shared_holds.fetch_sub(1, std::memory_order_relaxed);
+            else
+                hold_remove(t, key);
+            if (reg_state(r) != kRegLive)
+                reclaim();
+            continue;
+        }
+        memo_fill(epoch, dev, addr, e, r);
+        uint32_t tick = tick_.load(std::memory_order_relaxed);
+        if (e->last_use.load(std::memory_order_relaxed) != tick)
+            e->last_use.store(tick, std::memory_order_relaxed);
+        if (stat_slot_ < kFastStatCaches)
+            t->tree_hits[stat_slot_].store(t->tree_hits[stat_slot_].load(std::memory_order_relaxed) + 1,
+                                           std::memory_order_relaxed);
+        else
+            counts_.hits_shared.fetch_add(1, std::memory_order_relaxed);
+        *out = r;
+        return true;
+    }
+    return false;
+}
+
+int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg **out)
+{
+    uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    if (__builtin_expect(!addr || !len || !out || (access & ~VMT_ACCESS_ALL) || a + len < a, 0)) {
+        VMT_LOG_DEBUG("vmt_get(%p, %zu, 0x%x): invalid argument", addr, len, access);
+        return -EINVAL;
+    }
+    if (__builtin_expect(needs_fork_fixup_.load(std::memory_order_relaxed), 0))
+        maybe_after_fork();
+    if (__builtin_expect(dev->forked_away, 0)) {
+        // Documented behaviour, not misuse: a child starts with no devices.
+        VMT_LOG_ERROR("vmt_get: device %p (%s) was attached in the parent process; attach it "
+                      "again after fork()", (void *)dev, dev->name.c_str());
+        return -ENODEV;
+    }
+    if (__builtin_expect(dev->detached.load(std::memory_order_relaxed), 0)) {
+        misuse("vmt_get: device %p (%s) is detached", (void *)dev, dev->name.c_str());
+        return -ENODEV;
+    }
+    uintptr_t end = a + len;
+    uintptr_t a0 = a & ~(page_size() - 1);
+    uintptr_t a1 = (end + page_size() - 1) & ~(page_size() - 1);
+    if (a1 < end)
+        return -EINVAL;
+    if (!caching_)
+        return get_uncached(dev, a0, a1, access, out);
+    ThreadRecord *t = thread_record();
+    if (!t)
+        return -ENOMEM;
+    // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
+    if (hit(dev, a, end, access, t, out))
+        return 0;
+    return miss(dev, a0, a1, access, out);
+}
+
+// The rest of vmt_get: anything but a memo hit.
+__attribute__((noinline)) int get_rare(Device *d, const void *addr, size_t len, unsigned access,
+                                       struct vmt_reg **out, uintptr_t found)
+{
+    if (found & kMemoBackout) {
+        Reg *r = reinterpret_cast<Reg *>(found & ~kMemoBackout);
+        hold_remove(t_record, hold_key(r));
+        if (reg_state(r) != kRegLive)
+            d->cache->reclaim_now();
+    } else if (found == kMemoProbe && t_record) {
+        uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+        found = d->cache->memo_lookup_probing(d, a, a + len, access, t_record);
+        if (found > kMemoProbe && !(found & kMemoBackout)) {
+            *out = reinterpret_cast<struct vmt_reg *>(found);
+            return 0;
+        }
+        return get_rare(d, addr, len, access, out, found == kMemoProbe ? kMemoMiss : found);
+    }
+    return get_full(d, addr, len, access, out);
+}
+
+int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out)
+{
+    if (__builtin_expect(!d || !out, 0))
+        return -EINVAL;
+    Reg *r = nullptr;
+    int rc = d->cache->get(d, addr, len, access, &r);
+    if (__builtin_expect(rc == 0, 1))
+        *out = reinterpret_cast<struct vmt_reg *>(r);
+    return rc;
+}
+
+// The rest of vmt_put. hold_released: the fast path took the hold out of its home slot, and
+// some registration is retired (or readers fence themselves).
+__attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
+{
+    if (__builtin_expect(!reg, 0)) {
+        misuse("vmt_put(NULL)");
+        return;
+    }
+    if (__builtin_expect(hold_key(reg) & kMaxSlotCount, 0)) {
+        misuse("vmt_put(%p): not a registration vmt_get returned (misaligned)", (void *)reg);
+        return;
+    }
+    bool released = hold_released;
+    if (!released) {
+        ThreadRecord *t = thread_record();
+        released = t && hold_remove(t, hold_key(reg));
+    }
+    if (released) {
+        publish_fence();
+        if (g_retired_regs.load(std::memory_order_acquire) == 0)
+            return;
+    }
+    Reg *r = reinterpret_cast<Reg *>(reg);
+    Device *d = r->dev.load(std::memory_order_relaxed);
+    if (__builtin_expect(!d, 0)) {
+        misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
+        return;
+    }
+    d->cache->put(r, released);
+}
+
+}  // namespace vmt
+
+// The C entry points of the hot path live here, next to what they inline.
+// The common case first, in as few instructions as possible: Cache::memo_lookup_probing
+// flattened, for the first way of the memo set only, with the hold taken in its home slot
+// only. Everything else goes to get_rare by a tail call, bad arguments included: len 0 and
+// overflow fail `a + len > a`, unknown access bits never match a slot, page 0 is never
+// memoized.
+extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                       struct vmt_reg **out)
+{
+    using namespace vmt;
+    Device *d = reinterpret_cast<Device *>(dev);
+    uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    uintptr_t found = kMemoMiss;
+    Cache *c;
+    uint64_t tag, epoch, stamp, hold, key;
+    const Cache::MemoSlot *m;
+    ThreadRecord *t;
+    std::atomic<uint64_t> *slot;
+    // Where readers must fence (no membarrier), the memo is never filled: no check needed here.
+    if (__builtin_expect(!d || !out || a + len <= a, 0))
+        goto rare;
+    // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
+    tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
+    m = &static_cast<const Cache::MemoSlot *>(d->memo)[memo_set(tag)];
+    c = d->cache;
+    epoch = c->epoch_.load(std::memory_order_acquire);
+    stamp = m->stamp.load(std::memory_order_acquire);
+    if (__builtin_expect((uint32_t)stamp != (uint32_t)epoch ||
+                             m->tag.load(std::memory_order_relaxed) != tag, 0)) {
+        found = kMemoProbe;
+        goto rare;
+    }
+    // A slot of a's page ends after a: the difference cannot wrap.
+    if (m->end.load(std::memory_order_relaxed) - a < len ||
+        (access & m->denied.load(std::memory_order_relaxed)))
+        goto rare;
+    if (d->check_words && c->watch_changed(m))
+        goto rare;  // the pages changed, or a torn read (the stamp check below catches that)
+    hold = m->hold.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (__builtin_expect(m->stamp.load(std::memory_order_relaxed) != stamp, 0))
+        goto rare;
+    // The hold names the registration (its address) and its home slot.
+    t = t_record;
+    if (__builtin_expect(!t, 0))
+        goto rare;
+    key = slot_id(hold);
+    slot = &t->slots[slot_home(key)];
+    if (__builtin_expect(slot_count(slot->load(std::memory_order_relaxed)) != 0, 0)) {
+        found = kMemoProbe;
+        goto rare;
+    }
+    slot->store(hold, std::memory_order_relaxed);
+    found = key;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
+    if (__builtin_expect(c->epoch_.load(std::memory_order_acquire) != epoch, 0)) {
+        found |= kMemoBackout;
+        goto rare;
+    }
+    c->count_memo_hit(
+        *reinterpret_cast<std::atomic<uint64_t> *>(reinterpret_cast<char *>(t) + d->hits_offset), m);
+    *out = reinterpret_cast<struct vmt_reg *>(found);
+    return 0;
+rare:
+    return get_rare(d, addr, len, access, out, found);
+}
+
+extern "C" void vmt_put(struct vmt_reg *reg)
+{
+    // The common put touches only this thread's record: the hold leaves its home slot and,
+    // while no registration of the process is retired, nothing else can need this put.
+    vmt::ThreadRecord *t = vmt::t_record;
+    vmt::HoldKey key = vmt::hold_key(reg);
+    if (__builtin_expect(t != nullptr, 1)) {
+        std::atomic<uint64_t> &slot = t->slots[vmt::slot_home(key)];
+        uint64_t s = slot.load(std::memory_order_relaxed);
+        // A pointer into a registration (not 8-byte aligned) must not match its hold: the
+        // shifted low bits make such a key fail the test.
+        uint64_t misaligned = key << (64 - vmt::kCountBits);
+        if (__builtin_expect(((s - vmt::make_slot(key, 1)) | misaligned) < (uint64_t)vmt::kMaxSlotCount, 1)) {
+            slot.store(s - 1, std::memory_order_relaxed);
+            // Fencing readers (no membarrier) keep g_retired_regs above 0: they never return here.
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))
+                return;
+            vmt::put_full(reg, true);
+            return;
+        }
+    }
+    vmt::put_full(reg, false);
+}
+

@@ -1,0 +1,241 @@
+// A cache's life and its devices': create, destroy, attach, detach.
+//
+// Invariant: once vmt_device_detach returns, the device has no registration left. Its entries'
+// registrations retire under the index lock (inside a write section, so no hit can find them
+// after), and what is still held is deregistered all the same, because the caller may destroy
+// the device right after; a later vmt_put of such a registration is reported as misuse. Its
+// memo tag is kNoMemo from that moment, which sends every vmt_get of it to the full path.
+// A cache being destroyed detaches every device first and stops the tracker last: the
+// tracker may call back into the cache until it is gone.
+#include "config.h"
+#include "cache/cache.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "cache/internal.h"
+#include "trackers/select.h"
+#include "util/log.h"
+
+namespace vmt {
+
+namespace {
+
+constexpr size_t kDefaultMaxEntries = 262144;
+
+// Which caches own a per-thread hit counter (one bit per slot of ThreadRecord::hits).
+std::atomic<unsigned> g_stat_slots{0};
+
+size_t default_max_bytes()
+{
+    struct rlimit rl;
+    bool accounted = geteuid() != 0;  // root (CAP_IPC_LOCK) pins without RLIMIT_MEMLOCK
+    if (accounted && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return rl.rlim_cur ? (size_t)rl.rlim_cur : page_size();
+    long pages = sysconf(_SC_PHYS_PAGES);
+    return pages > 0 ? (size_t)pages * page_size() / 2 : (size_t)1 << 32;
+}
+
+// The memo is one 2 MiB block, aligned so that it can be a single huge page: hits land at
+// random in it, and with 4 KiB pages each one would also miss the first-level TLB.
+constexpr size_t kMemoBytes = 2u << 20;
+void *map_memo()
+{
+    void *raw = mmap(nullptr, 2 * kMemoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (raw == MAP_FAILED)
+        return nullptr;
+    uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    uintptr_t aligned = (start + kMemoBytes - 1) & ~(uintptr_t)(kMemoBytes - 1);
+    if (aligned > start)
+        munmap(raw, aligned - start);
+    if (aligned + kMemoBytes < start + 2 * kMemoBytes)
+        munmap(reinterpret_cast<void *>(aligned + kMemoBytes), start + 2 * kMemoBytes - aligned - kMemoBytes);
+    madvise(reinterpret_cast<void *>(aligned), kMemoBytes, MADV_HUGEPAGE);  // a hint; fine if refused
+    return reinterpret_cast<void *>(aligned);
+}
+
+}  // namespace
+
+int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
+{
+    Cache *c = new (std::nothrow) Cache();
+    if (!c)
+        return -ENOMEM;
+    const char *name = opts ? opts->tracker : nullptr;
+    int rc = select_tracker(name, c, &c->tracker_, &c->tracker_report_);
+    if (rc < 0) {
+        VMT_LOG_ERROR("cannot create a cache with tracker \"%s\": %s", name ? name : "auto",
+                      c->tracker_report_.c_str());
+        delete c;
+        return rc;
+    }
+    void *memo = map_memo();
+    if (!memo) {
+        delete c;
+        return -ENOMEM;
+    }
+    c->memo_ = static_cast<MemoSlot *>(memo);
+    c->words_ = c->tracker_->words();
+    c->always_valid_ = Tracker::always_valid_words();
+    c->caching_ = c->tracker_->caches();
+    c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
+    c->max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
+    c->max_bytes_ = opts && opts->max_bytes ? opts->max_bytes : default_max_bytes();
+
+    for (unsigned slot = 0; slot < kFastStatCaches; slot++) {
+        unsigned used = g_stat_slots.load();
+        if (!(used & (1u << slot)) && g_stat_slots.compare_exchange_strong(used, used | (1u << slot))) {
+            hits_clear_slot(slot);
+            c->stat_slot_ = slot;
+            break;
+        }
+    }
+    install_fork_handlers();
+    {
+        std::lock_guard<std::mutex> g(g_caches_lock);
+        c->next_cache_ = g_caches_list;
+        g_caches_list = c;
+    }
+    VMT_LOG_INFO("cache %p: tracker %s, max %zu entries, %zu bytes", (void *)c, c->tracker_->name(),
+                 c->max_entries_, c->max_bytes_);
+    *out = c;
+    return 0;
+}
+
+Cache::~Cache()
+{
+    {
+        std::lock_guard<std::mutex> g(g_caches_lock);
+        for (Cache **p = &g_caches_list; *p; p = &(*p)->next_cache_)
+            if (*p == this) {
+                *p = next_cache_;
+                break;
+            }
+    }
+    if (!tracker_) {  // creation failed half way
+        pthread_rwlock_destroy(&subs_lock_);
+        return;
+    }
+    flush();
+    for (Device *d = devices_; d; d = d->next)
+        if (!d->detached.load() && !d->forked_away) {
+            d->attach_count = 1;
+            detach(d);
+        }
+    reclaim();
+    // Events stop here: the tracker may call back into this cache until it is gone.
+    tracker_.reset();
+    while (devices_) {
+        Device *d = devices_;
+        devices_ = d->next;
+        delete d;
+    }
+    if (stat_slot_ < kFastStatCaches)
+        g_stat_slots.fetch_and(~(1u << stat_slot_));
+    if (memo_)
+        munmap(memo_, kMemoSlots * sizeof(MemoSlot));
+    pthread_rwlock_destroy(&subs_lock_);
+}
+
+int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
+{
+    if (!ops || !out || ops->sz < offsetof(struct vmt_device_ops, max_regions) || !ops->reg ||
+        !ops->dereg) {
+        VMT_LOG_ERROR("vmt_device_attach: ops must be set, with sz, reg and dereg");
+        return -EINVAL;
+    }
+    maybe_after_fork();
+    Device *fresh = new (std::nothrow) Device();  // before lock_: malloc may unmap
+    if (!fresh)
+        return -ENOMEM;
+    std::unique_lock<std::mutex> g(lock_);
+    for (Device *d = devices_; d; d = d->next) {
+        if (d->ops.reg == ops->reg && d->ctx == ctx && !d->detached.load() && !d->forked_away) {
+            d->attach_count++;
+            g.unlock();
+            delete fresh;
+            *out = d;
+            return 0;
+        }
+    }
+    fresh->cache = this;
+    fresh->memo = memo_;
+    fresh->check_words = words_ != always_valid_;
+    if (stat_slot_ < kFastStatCaches)
+        fresh->hits_offset = (uint32_t)(offsetof(ThreadRecord, hits) + stat_slot_ * sizeof(uint64_t));
+    // Devices past kMaxMemoDevices (in one cache's life), and those of caches past the first
+    // kFastStatCaches (whose hits are counted in a shared counter), are served by the tree.
+    if (caching_ && stat_slot_ < kFastStatCaches && next_memo_device_ <= kMaxMemoDevices)
+        fresh->memo_tag.store(next_memo_device_++ << kMemoTagShift);
+    memcpy(&fresh->ops, ops, ops->sz < sizeof fresh->ops ? ops->sz : sizeof fresh->ops);
+    fresh->ops.sz = sizeof fresh->ops;
+    fresh->ctx = ctx;
+    fresh->attach_count = 1;
+    fresh->next = devices_;
+    devices_ = fresh;
+    g.unlock();
+    fresh->name = ops->name ? ops->name : "device";
+    *out = fresh;
+    return 0;
+}
+
+void Cache::detach(Device *dev)
+{
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        if (dev->detached.load() || dev->forked_away) {
+            misuse("vmt_device_detach(%p): the device is already detached", (void *)dev);
+            return;
+        }
+        if (--dev->attach_count > 0)
+            return;
+        write_begin();
+        dev->detached.store(true);
+        dev->memo_tag.store(kNoMemo);
+        for (Entry *e = lru_head_, *next; e; e = next) {
+            next = e->lru_next;
+            bool retired;
+            Reg *keep = retire_device_regs(e, dev, &retired);
+            e->regs.store(keep, std::memory_order_release);
+            if (!keep)
+                remove_entry(e);
+        }
+        write_end();
+    }
+    reclaim();
+    // The device goes away now: what is still held is deregistered anyway (its holders will be
+    // told at their vmt_put), since the device may be destroyed right after this returns.
+    size_t held = 0;
+    std::lock_guard<std::mutex> rl(reclaim_lock_);
+    for (;;) {
+        Reg *victim = nullptr;
+        {
+            std::lock_guard<std::mutex> g(lock_);
+            for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
+                if (r->dev.load(std::memory_order_relaxed) == dev &&
+                    reg_state(r) == kRegRetired) {
+                    victim = r;
+                    break;
+                }
+            if (victim)
+                reg_set_state(victim, kRegDead);
+        }
+        if (!victim)
+            break;
+        held++;
+        Entry *e = victim->entry.load(std::memory_order_relaxed);
+        deregister(dev, victim->handle.load(std::memory_order_relaxed), e->end.load() - e->start.load());
+    }
+    if (held)
+        VMT_LOG_WARN("vmt_device_detach(%s): %zu registrations were still held; they were "
+                     "deregistered now and a later vmt_put of them is an error",
+                     dev->name.c_str(), held);
+}
+
+}  // namespace vmt

@@ -1,0 +1,415 @@
+// The miss path: plan under the index lock, watch and register without it, insert under it.
+//
+// Invariant: a registration enters the index only if nothing invalidated its range between the
+// plan and the insert. The plan notes the invalidation log's count (Plan::mark); while the
+// lock is dropped, every unmap or invalidation of an overlapping range either is still in
+// unmaps_ at the insert or has logged itself (at its start and again at its end) in inval_log_
+// since the mark; a watched range whose validity word moved (kmod) changed as well. Any of
+// these, and the registration is dropped and the miss starts again (kMissAttempts times, then
+// it is served uncached). An upgrade checks that its base entry is still the same range in the
+// index, since it may have been freed and reused meanwhile. Unmaps that skip the lock cannot
+// race a miss at all (Cache::MissInProgress). Device calls, tracker watches and the mapped
+// check run without the lock: they may block or unmap memory.
+#include "config.h"
+#include "cache/cache.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "cache/internal.h"
+#include "util/log.h"
+
+namespace vmt {
+
+namespace {
+
+constexpr int kMissAttempts = 8;  // a miss raced by invalidations this often is served uncached
+
+// What a step of a miss tells Cache::miss, besides 0 (done) and a negative errno.
+constexpr int kMissAgain = 1;      // the pages changed while we registered them: start again
+constexpr int kMissUnmerged = 2;   // the union had a hole: start again with just the request
+constexpr int kMissUncached = 3;   // the tracker cannot watch this range: serve it uncached
+
+// Whether every page of [a0, a1) is mapped; msync(MS_ASYNC) checks the VMAs without faulting
+// or writing anything back.
+bool range_mapped(uintptr_t a0, uintptr_t a1)
+{
+    return msync(reinterpret_cast<void *>(a0), a1 - a0, MS_ASYNC) == 0;
+}
+
+// -ENOSPC if the device cannot register [a0, a1) in one piece.
+int check_region_bytes(const Device *dev, uintptr_t a0, uintptr_t a1)
+{
+    if (!dev->ops.max_region_bytes || a1 - a0 <= dev->ops.max_region_bytes)
+        return 0;
+    VMT_LOG_WARN("vmt_get: %zu bytes is more than device %s registers at once (%zu)",
+                 (size_t)(a1 - a0), dev->name.c_str(), dev->ops.max_region_bytes);
+    return -ENOSPC;
+}
+
+}  // namespace
+
+void Cache::take_hold(ThreadRecord *t, Reg *r) noexcept
+{
+    if (!hold_add(t, hold_key(r)))
+        r->shared_holds.fetch_add(1, std::memory_order_relaxed);
+}
+
+Entry *Cache::containing(uintptr_t a0, uintptr_t a1) const noexcept
+{
+    Entry *e = static_cast<Entry *>(index_.floor(a0));
+    return e && e->end.load(std::memory_order_relaxed) >= a1 ? e : nullptr;
+}
+
+bool Cache::unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept
+{
+    for (int i = 0; i < unmaps_count_; i++)
+        if (unmaps_[i].start < a1 && unmaps_[i].end > a0)
+            return true;
+    return false;
+}
+
+bool Cache::invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept
+{
+    if (inval_count_ - mark > kInvalLog)
+        return true;  // the log wrapped: assume the worst
+    for (uint64_t i = mark; i < inval_count_; i++) {
+        const Range &r = inval_log_[i % kInvalLog];
+        if (r.start < a1 && r.end > a0)
+            return true;
+    }
+    return false;
+}
+
+int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,
+                        bool *may_evict, void **handle) noexcept
+{
+    int rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
+    if ((rc == -ENOMEM || rc == -ENOSPC) && *may_evict) {
+        *may_evict = false;
+        counts_.retries.fetch_add(1, std::memory_order_relaxed);
+        {
+            std::lock_guard<std::mutex> g(lock_);
+            write_begin();
+            evict_locked(dev, keep, 1);
+            write_end();
+        }
+        reclaim();
+        rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
+    }
+    if (rc > 0)
+        rc = -EIO;  // a device that returns a positive value broke its contract
+    return rc;
+}
+
+int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
+{
+    if (!range_mapped(a0, a1))
+        return -EFAULT;
+    int rc = check_region_bytes(dev, a0, a1);
+    if (rc < 0)
+        return rc;
+    void *handle = nullptr;
+    bool may_evict = true;
+    rc = reg_evicting(dev, a0, a1, access, nullptr, &may_evict, &handle);
+    if (rc < 0)
+        return rc;
+    Entry *e = entries_.alloc();
+    Reg *r = regs_.alloc();
+    if (!e || !r) {
+        dev->ops.dereg(dev->ctx, handle);
+        if (e)
+            entries_.free(e);
+        if (r)
+            regs_.free(r);
+        return -ENOMEM;
+    }
+    e->start.store(a0);
+    e->end.store(a1);
+    e->regs.store(r);
+    e->in_index = false;
+    e->watched = false;
+    e->regs_alive = 1;
+    r->entry.store(e);
+    r->dev.store(dev);
+    r->handle.store(handle);
+    r->next.store(nullptr);
+    r->shared_holds.store(1);
+    r->bits.store(access | kRegUncached << 8, std::memory_order_release);
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        dev->regions++;
+        dev->bytes += a1 - a0;
+    }
+    counts_.registrations.fetch_add(1, std::memory_order_relaxed);
+    counts_.uncached.fetch_add(1, std::memory_order_relaxed);
+    counts_.misses.fetch_add(1, std::memory_order_relaxed);
+    counts_.bytes_registered.fetch_add(a1 - a0, std::memory_order_relaxed);
+    *out = r;
+    return 0;
+}
+
+// For the whole of a miss: unmaps that start meanwhile take the locked path, and those that
+// started before, without the lock, have ended (see quick_unmaps_).
+class Cache::MissInProgress {
+public:
+    explicit MissInProgress(Cache *c) noexcept : c_(c)
+    {
+        c_->misses_active_.fetch_add(1, std::memory_order_seq_cst);
+        while (c_->quick_unmaps_.load(std::memory_order_seq_cst) != 0)
+            sched_yield();  // a system call is in flight: microseconds
+    }
+    ~MissInProgress() { c_->misses_active_.fetch_sub(1, std::memory_order_seq_cst); }
+    MissInProgress(const MissInProgress &) = delete;
+    MissInProgress &operator=(const MissInProgress &) = delete;
+
+private:
+    Cache *c_;
+};
+
+int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
+{
+    MissInProgress counted(this);
+    counts_.misses.fetch_add(1, std::memory_order_relaxed);
+    tracker_->poll();
+    if (limbo_nonempty_.load(std::memory_order_relaxed))
+        reclaim();
+    ThreadRecord *t = thread_record();
+    int rc = check_region_bytes(dev, a0, a1);
+    if (rc < 0)
+        return rc;
+    bool allow_merge = merge_;
+    bool may_evict = true;  // once per miss: evict for room on the device, then try again
+    for (int attempt = 0; attempt < kMissAttempts; attempt++) {
+        Plan plan;
+        if (plan_miss(dev, a0, a1, access, allow_merge, t, &plan, out))
+            return 0;
+        rc = register_plan(dev, a0, a1, &plan, &may_evict);
+        if (rc == 0)
+            rc = insert_plan(dev, a0, a1, plan, allow_merge, t, out);
+        if (rc == kMissUncached)
+            return get_uncached(dev, a0, a1, access, out);
+        if (rc == kMissUnmerged)
+            allow_merge = false;
+        else if (rc != kMissAgain)
+            return rc;
+    }
+    // The range keeps changing under us: give the caller a registration that is not cached.
+    return get_uncached(dev, a0, a1, access, out);
+}
+
+bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
+                      ThreadRecord *t, Plan *plan, Reg **out) noexcept
+{
+    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr};
+    bool evicted = false;
+    {
+        std::unique_lock<std::mutex> g(lock_);
+        while (unmap_in_flight(a0, a1))
+            wait_for_unmaps(g);
+        Entry *e = containing(a0, a1);
+        if (e && !watch_changed(e)) {
+            for (Reg *r = e->regs.load(); r; r = r->next.load()) {
+                if (r->dev.load() != dev)
+                    continue;
+                if ((reg_access(r) & access) == access) {
+                    // Another thread registered it meanwhile.
+                    take_hold(t, r);
+                    *out = r;
+                    return true;
+                }
+                plan->access |= reg_access(r);  // an upgrade keeps the rights it had
+            }
+            plan->base = e;
+            plan->start = e->start.load();
+            plan->end = e->end.load();
+        } else if (allow_merge) {
+            plan_union(dev, plan);
+        }
+        plan->mark = inval_count_;
+        if (!plan->base && over_limits(dev, 1)) {
+            write_begin();
+            evict_locked(dev, nullptr, 1);
+            write_end();
+            evicted = true;
+        }
+    }
+    if (evicted)
+        reclaim();
+    return false;
+}
+
+void Cache::plan_union(Device *dev, Plan *plan) noexcept
+{
+    // The union keeps the rights this device had on what it absorbs, so that getting one of
+    // those ranges again stays a hit.
+    const uintptr_t a0 = plan->start;
+    uintptr_t u0 = plan->start, u1 = plan->end;
+    unsigned merged_acc = 0;
+    auto absorb = [&](Entry *x) {
+        for (Reg *r = x->regs.load(); r; r = r->next.load())
+            if (r->dev.load() == dev)
+                merged_acc |= reg_access(r);
+    };
+    Entry *p = static_cast<Entry *>(index_.floor(a0));
+    if (p && p->end.load() >= a0) {
+        u0 = p->start.load(), u1 = p->end.load() > u1 ? p->end.load() : u1;
+        absorb(p);
+    }
+    for (Entry *n = static_cast<Entry *>(index_.ceil_w(a0)); n && n->start.load() <= u1;
+         n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1))) {
+        if (n->end.load() > u1)
+            u1 = n->end.load();
+        absorb(n);
+    }
+    if (dev->ops.max_region_bytes && u1 - u0 > dev->ops.max_region_bytes)
+        return;  // too big for the device in one piece: just the request
+    plan->start = u0;
+    plan->end = u1;
+    plan->access |= merged_acc;
+}
+
+int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept
+{
+    uintptr_t u0 = plan->start, u1 = plan->end;
+    if (!plan->base) {
+        int rc = tracker_->watch(u0, u1 - u0, &plan->watch);
+        if (rc == -ENOTSUP)
+            return kMissUncached;
+        if (rc < 0)
+            return rc;
+    }
+    if (!range_mapped(u0, u1)) {
+        if (!plan->base)
+            tracker_->unwatch(u0, u1 - u0, plan->watch);
+        if (u0 == a0 && u1 == a1)
+            return -EFAULT;
+        return kMissUnmerged;  // the union has a hole: register just the request
+    }
+    int rc = reg_evicting(dev, u0, u1, plan->access, plan->base, may_evict, &plan->handle);
+    if (rc < 0) {
+        if (!plan->base)
+            tracker_->unwatch(u0, u1 - u0, plan->watch);
+        // A neighbour we merged with went away after the mapped check: the request itself
+        // may still be fine.
+        if (rc == -EFAULT && (u0 < a0 || u1 > a1))
+            return kMissUnmerged;
+        return rc;
+    }
+    counts_.registrations.fetch_add(1, std::memory_order_relaxed);
+    counts_.bytes_registered.fetch_add(u1 - u0, std::memory_order_relaxed);
+    return 0;
+}
+
+bool Cache::plan_still_valid(const Plan &plan) const noexcept
+{
+    if (unmap_in_flight(plan.start, plan.end) || invalidated_since(plan.mark, plan.start, plan.end))
+        return false;
+    if (!plan.base)
+        return !watch_changed(plan.watch);
+    // base may have been freed and reused meanwhile: it must still be this range.
+    return plan.base->in_index && plan.base->start.load() == plan.start &&
+           plan.base->end.load() == plan.end && !watch_changed(plan.base);
+}
+
+int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
+                       ThreadRecord *t, Reg **out) noexcept
+{
+    uintptr_t u0 = plan.start, u1 = plan.end;
+    Reg *r = regs_.alloc();
+    Entry *ne = plan.base ? nullptr : entries_.alloc();
+    bool no_memory = !r || (!plan.base && !ne);
+    std::unique_lock<std::mutex> g(lock_);
+    if (no_memory || !plan_still_valid(plan)) {
+        g.unlock();
+        deregister(dev, plan.handle, u1 - u0);
+        if (!plan.base)
+            tracker_->unwatch(u0, u1 - u0, plan.watch);
+        if (r)
+            regs_.free(r);
+        if (ne)
+            entries_.free(ne);
+        return no_memory ? -ENOMEM : kMissAgain;
+    }
+    write_begin();
+    r->dev.store(dev, std::memory_order_relaxed);
+    r->handle.store(plan.handle, std::memory_order_relaxed);
+    r->bits.store(plan.access | kRegLive << 8, std::memory_order_relaxed);
+    r->shared_holds.store(0, std::memory_order_relaxed);
+    dev->regions++;
+    dev->bytes += u1 - u0;
+    Entry *target = plan.base;
+    if (plan.base) {
+        join_entry(dev, plan.base, r);
+    } else if (insert_entry(ne, r, plan, allow_merge)) {
+        if (u0 < a0 || u1 > a1)
+            counts_.merges.fetch_add(1, std::memory_order_relaxed);
+        target = ne;
+    } else {
+        // Out of memory for index nodes: serve this one uncached.
+        reg_set_state(r, kRegUncached);
+        r->shared_holds.store(1, std::memory_order_relaxed);
+        write_end();
+        g.unlock();
+        tracker_->unwatch(u0, u1 - u0, plan.watch);
+        ne->watched = false;
+        counts_.uncached.fetch_add(1, std::memory_order_relaxed);
+        *out = r;
+        return 0;
+    }
+    if (over_limits(nullptr, 0))
+        evict_locked(nullptr, target, 0);
+    take_hold(t, r);
+    write_end();
+    g.unlock();
+    if (limbo_nonempty_.load(std::memory_order_relaxed))
+        reclaim();
+    *out = r;
+    return 0;
+}
+
+void Cache::join_entry(Device *dev, Entry *base, Reg *r) noexcept
+{
+    // Upgrade (or a new device on a cached range): the device's old one retires.
+    bool upgraded = false;
+    Reg *others = retire_device_regs(base, dev, &upgraded);
+    if (upgraded)
+        counts_.upgrades.fetch_add(1, std::memory_order_relaxed);
+    r->next.store(others, std::memory_order_relaxed);
+    r->entry.store(base, std::memory_order_relaxed);
+    base->regs.store(r, std::memory_order_release);
+    base->regs_alive++;
+}
+
+bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge) noexcept
+{
+    uintptr_t u0 = plan.start, u1 = plan.end;
+    // Everything the new range overlaps (or, merging, touches) leaves the index.
+    remove_overlapping(u0, u1, allow_merge);
+    ne->start.store(u0, std::memory_order_relaxed);
+    ne->end.store(u1, std::memory_order_relaxed);
+    ne->watch_handle.store(plan.watch.handle, std::memory_order_relaxed);
+    ne->watch_expect.store(plan.watch.expect, std::memory_order_relaxed);
+    ne->last_use.store(0, std::memory_order_relaxed);
+    ne->regs_alive = 1;
+    ne->watched = true;
+    r->next.store(nullptr, std::memory_order_relaxed);
+    r->entry.store(ne, std::memory_order_relaxed);
+    ne->regs.store(r, std::memory_order_release);
+    if (!index_.insert(u0, ne)) {
+        ne->in_index = false;
+        return false;
+    }
+    ne->in_index = true;
+    ne->lru_stamp = tick_.load(std::memory_order_relaxed);
+    lru_push_head(ne);
+    entry_count_++;
+    bytes_cached_ += u1 - u0;
+    tick_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+}  // namespace vmt

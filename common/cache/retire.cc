@@ -1,0 +1,227 @@
+// Retirement and reclaim, and the slow half of vmt_put.
+//
+// Invariant: a registration is deregistered only when no thread holds it and no reader can
+// still find it. retire() takes it out of its entry (under the index lock, in a write section)
+// into limbo_ and moves the memo epoch, so neither the tree nor the memo hands it out again.
+// reclaim() then runs reader_barrier(): every reader that published a hold before the
+// retirement is now visible to it, and every later reader sees the moved sequence or epoch
+// and takes its hold back. What is still held after that stays in limbo_ (counted as
+// deferred) until a later reclaim; the rest is deregistered outside the index lock, and an
+// entry goes back to its pool (and is unwatched) with its last registration.
+#include "config.h"
+#include "cache/cache.h"
+
+#include <mutex>
+
+#include "cache/internal.h"
+#include "util/log.h"
+
+namespace vmt {
+
+namespace {
+// Initial-exec, like t_record: the default TLS model in a shared library costs a
+// __tls_get_addr call per use.
+__thread bool t_in_reclaim __attribute__((tls_model("initial-exec"))) = false;
+}  // namespace
+
+void Cache::retire(Reg *r) noexcept
+{
+    move_epoch();  // memo slots filled before this moment stop being valid (see MemoSlot)
+    reg_set_state(r, kRegRetired);
+    g_retired_regs.fetch_add(1, std::memory_order_relaxed);
+    r->next.store(limbo_, std::memory_order_relaxed);
+    limbo_ = r;
+    limbo_nonempty_.store(true, std::memory_order_relaxed);
+}
+
+void Cache::deregister(Device *dev, void *handle, size_t len) noexcept
+{
+    dev->ops.dereg(dev->ctx, handle);
+    counts_.deregistrations.fetch_add(1, std::memory_order_relaxed);
+    counts_.bytes_registered.fetch_sub(len, std::memory_order_relaxed);
+}
+
+Reg *Cache::retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept
+{
+    Reg *keep = nullptr, *r = e->regs.load(std::memory_order_relaxed);
+    Reg **tail = &keep;
+    *retired = false;
+    while (r) {
+        Reg *next = r->next.load(std::memory_order_relaxed);
+        if (r->dev.load(std::memory_order_relaxed) == dev) {
+            retire(r);
+            *retired = true;
+        } else {
+            r->next.store(nullptr, std::memory_order_relaxed);
+            *tail = r;
+            tail = reinterpret_cast<Reg **>(&r->next);
+        }
+        r = next;
+    }
+    return keep;
+}
+
+void Cache::remove_entry(Entry *e) noexcept
+{
+    index_.erase(e->start.load(std::memory_order_relaxed));
+    e->in_index = false;
+    lru_unlink(e);
+    entry_count_--;
+    bytes_cached_ -= e->end.load(std::memory_order_relaxed) - e->start.load(std::memory_order_relaxed);
+    Reg *r = e->regs.load(std::memory_order_relaxed);
+    e->regs.store(nullptr, std::memory_order_release);
+    while (r) {
+        Reg *next = r->next.load(std::memory_order_relaxed);
+        retire(r);
+        r = next;
+    }
+}
+
+// Slow half of vmt_put: the hold is not in this thread's slots (a put from another thread than
+// the get, a hold that went to the shared counter, or one put too many), or some registration
+// of the process is retired and this one may be it.
+//
+// hold_released: vmt_put already took the hold out of this thread's slots. From then on this
+// put owns nothing: the registration may be reclaimed and reused at any moment, so its state
+// says nothing about this put (only whether a reclaim is due).
+void Cache::put(Reg *r, bool hold_released)
+{
+    Device *dev = r->dev.load(std::memory_order_relaxed);
+    if (dev && dev->forked_away)
+        return;  // the parent's registration, put in the child: it stays the parent's
+    if (hold_released) {
+        if (dev && dev->detached.load(std::memory_order_relaxed))
+            misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
+                   dev->name.c_str());
+        if (reg_state(r) != kRegLive)
+            reclaim();
+        return;
+    }
+    uint32_t st = reg_state(r);
+    if (st == kRegUncached) {
+        int32_t left = r->shared_holds.fetch_sub(1, std::memory_order_acq_rel) - 1;
+        if (left < 0) {
+            r->shared_holds.fetch_add(1, std::memory_order_relaxed);
+            misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
+            return;
+        }
+        if (left > 0)
+            return;
+        Entry *e = r->entry.load(std::memory_order_relaxed);
+        size_t len = e->end.load() - e->start.load();
+        deregister(dev, r->handle.load(std::memory_order_relaxed), len);
+        {
+            std::lock_guard<std::mutex> g(lock_);
+            dev->regions--;
+            dev->bytes -= len;
+        }
+        reg_set_state(r, kRegDead);
+        regs_.free(r);
+        entries_.free(e);
+        return;
+    }
+    // Not in this thread's slots: a put by another thread, or once too often.
+    int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+    if (held <= 0) {
+        misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
+        return;
+    }
+    if (st == kRegDead)  // still held by us, so this state is real: detach came first
+        misuse("vmt_put(%p): its device (%s) was detached before this put", (void *)r,
+               dev ? dev->name.c_str() : "?");
+    r->shared_holds.fetch_sub(1, std::memory_order_acq_rel);
+    publish_fence();
+    if (reg_state(r) != kRegLive)
+        reclaim();
+}
+
+void Cache::reclaim() noexcept
+{
+    if (t_in_reclaim || !limbo_nonempty_.load(std::memory_order_acquire))
+        return;
+    t_in_reclaim = true;
+    std::lock_guard<std::mutex> rl(reclaim_lock_);
+    Reg *list;
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        list = limbo_;
+        limbo_ = nullptr;
+        limbo_nonempty_.store(false, std::memory_order_relaxed);
+    }
+    if (!list) {
+        t_in_reclaim = false;
+        return;
+    }
+    reader_barrier();
+    Reg *keep = nullptr, *done = nullptr;
+    while (list) {
+        Reg *r = list;
+        list = r->next.load(std::memory_order_relaxed);
+        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+        if (held > 0) {
+            if (!(r->bits.load(std::memory_order_relaxed) & kBitsDeferred)) {
+                r->bits.fetch_or(kBitsDeferred, std::memory_order_relaxed);
+                counts_.deferred.fetch_add(1, std::memory_order_relaxed);
+            }
+            r->next.store(keep, std::memory_order_relaxed);
+            keep = r;
+            continue;
+        }
+        if (reg_state(r) != kRegDead) {
+            Device *d = r->dev.load(std::memory_order_relaxed);
+            Entry *e = r->entry.load(std::memory_order_relaxed);
+            deregister(d, r->handle.load(std::memory_order_relaxed), e->end.load() - e->start.load());
+        }
+        r->next.store(done, std::memory_order_relaxed);
+        done = r;
+    }
+    Entry *unwatch_list[64];
+    int nunwatch = 0;
+    Entry *free_later = nullptr;
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        while (done) {
+            Reg *r = done;
+            done = r->next.load(std::memory_order_relaxed);
+            Device *d = r->dev.load(std::memory_order_relaxed);
+            Entry *e = r->entry.load(std::memory_order_relaxed);
+            size_t len = e->end.load() - e->start.load();
+            d->regions--;
+            d->bytes -= len;
+            reg_set_state(r, kRegDead);
+            g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
+            regs_.free(r);
+            if (--e->regs_alive == 0 && !e->in_index) {
+                e->lru_next = free_later;  // reuse the link: the entry left the LRU list
+                free_later = e;
+            }
+        }
+        while (keep) {
+            Reg *r = keep;
+            keep = r->next.load(std::memory_order_relaxed);
+            r->next.store(limbo_, std::memory_order_relaxed);
+            limbo_ = r;
+            limbo_nonempty_.store(true, std::memory_order_relaxed);
+        }
+    }
+    // Unwatch outside the lock, then give the entries back.
+    while (free_later) {
+        nunwatch = 0;
+        while (free_later && nunwatch < 64) {
+            unwatch_list[nunwatch++] = free_later;
+            free_later = free_later->lru_next;
+        }
+        for (int i = 0; i < nunwatch; i++) {
+            Entry *e = unwatch_list[i];
+            if (e->watched)
+                tracker_->unwatch(e->start.load(), e->end.load() - e->start.load(),
+                                  WatchToken{e->watch_handle.load(), e->watch_expect.load()});
+            e->watched = false;
+            e->lru_next = nullptr;
+            entries_.free(e);
+        }
+    }
+    t_in_reclaim = false;
+}
+
+}  // namespace vmt

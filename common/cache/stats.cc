@@ -1,0 +1,48 @@
+// vmt_cache_stats: the counters as one snapshot. Hits are counted per thread (holds.h) for
+// the first kFastStatCaches caches and in a shared counter for the rest; everything else is
+// in Cache::Counters. A snapshot is not atomic across counters: each one is exact, their sum
+// at one instant is not promised.
+#include "config.h"
+#include "cache/cache.h"
+
+#include <cstring>
+
+namespace vmt {
+
+void Cache::stats(struct vmt_stats *s)
+{
+    uint64_t hits = counts_.hits_shared.load(), memo_hits = 0;
+    if (stat_slot_ < kFastStatCaches) {
+        memo_hits = hits_in_threads(stat_slot_, false);
+        hits += memo_hits + hits_in_threads(stat_slot_, true);
+    }
+    struct vmt_stats v;
+    memset(&v, 0, sizeof v);
+    v.sz = sizeof v;
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        v.entries = entry_count_;
+    }
+    v.hits = hits;
+    v.misses = counts_.misses.load();
+    v.registrations = counts_.registrations.load();
+    v.deregistrations = counts_.deregistrations.load();
+    v.invalidations = counts_.invalidations.load();
+    v.evictions = counts_.evictions.load();
+    v.bytes_registered = counts_.bytes_registered.load();
+    v.uncached = counts_.uncached.load();
+    v.merges = counts_.merges.load();
+    v.upgrades = counts_.upgrades.load();
+    v.retries = counts_.retries.load();
+    v.deferred = counts_.deferred.load();
+    v.max_entries = max_entries_;
+    v.max_bytes = max_bytes_;
+    v.memo_hits = memo_hits;
+    v.memo_wraps = counts_.memo_wraps.load();
+    size_t n = s->sz < sizeof v ? s->sz : sizeof v;
+    size_t caller_sz = s->sz;
+    memcpy(s, &v, n);
+    s->sz = caller_sz;
+}
+
+}  // namespace vmt
