@@ -43,9 +43,7 @@ public:
         return nullptr;
     }
 
-    // ---- writer side (index lock held) ----
-    void *floor_w(uintptr_t x) const noexcept { return floor(x); }
-
+    // ---- writer side (index lock held); floor() serves writers too ----
     // Value with the smallest key >= x, or nullptr.
     void *ceil_w(uintptr_t x) const noexcept { return ceil_in(root(), x); }
 
@@ -65,7 +63,6 @@ public:
             r->count.store(2, std::memory_order_relaxed);
             root_.store(r, std::memory_order_release);
         }
-        size_++;
         return true;
     }
 
@@ -77,7 +74,6 @@ public:
         uintptr_t newmin = 0;
         if (!erase_in(r, key, &empty, &newmin))
             return;
-        size_--;
         while (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 1) {
             Node *child = static_cast<Node *>(r->ptrs[0].load(std::memory_order_relaxed));
             root_.store(child, std::memory_order_release);
@@ -90,9 +86,6 @@ public:
         }
     }
 
-    size_t size() const noexcept { return size_; }
-    size_t bytes() const noexcept { return nodes_.bytes_reserved(); }
-
     // Drop everything without touching the values (after fork in the child).
     void reset() noexcept
     {
@@ -100,7 +93,6 @@ public:
         if (r)
             init(r, true);
         root_.store(r, std::memory_order_release);
-        size_ = 0;
     }
     void reset_after_fork() noexcept
     {
@@ -300,7 +292,6 @@ private:
     }
 
     std::atomic<Node *> root_{nullptr};
-    size_t size_ = 0;
     Pool<Node> nodes_;
 };
 

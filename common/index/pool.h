@@ -31,7 +31,6 @@ public:
             return nullptr;
         T *obj = free_;
         free_ = link(obj)->load(std::memory_order_relaxed);
-        in_use_++;
         return obj;
     }
 
@@ -40,11 +39,7 @@ public:
         std::lock_guard<std::mutex> g(lock_);
         link(obj)->store(free_, std::memory_order_relaxed);
         free_ = obj;
-        in_use_--;
     }
-
-    size_t in_use() const noexcept { return in_use_; }
-    size_t bytes_reserved() const noexcept { return chunks_ * kChunkBytes; }
 
     // After fork in the child: forget what the parent had in use (its objects stay mapped and
     // are simply never handed out again); the lock may have been held by a vanished thread.
@@ -70,7 +65,6 @@ private:
         Chunk *c = static_cast<Chunk *>(mem);
         c->next = chunks_list_;
         chunks_list_ = c;
-        chunks_++;
         char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
         char *end = static_cast<char *>(mem) + kChunkBytes;
         for (; p + sizeof(T) <= end; p += sizeof(T)) {
@@ -93,8 +87,6 @@ private:
     std::mutex lock_;
     T *free_ = nullptr;
     Chunk *chunks_list_ = nullptr;
-    size_t chunks_ = 0;
-    size_t in_use_ = 0;
 };
 
 }  // namespace vmt
