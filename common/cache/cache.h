@@ -10,6 +10,11 @@
 // Life of a registration: LIVE in an entry -> RETIRED (removed from its entry by invalidation,
 // eviction, upgrade, merge, flush or detach; moved to `limbo_`) -> deregistered and freed by
 // reclaim() once no thread holds it. reclaim() runs outside the index lock, never in a hook.
+//
+// One file per concern, each under the invariant it keeps: lifecycle.cc (create, destroy,
+// attach, detach), hit.cc (vmt_get, vmt_put, memo, tree hit), miss.cc, retire.cc (retire,
+// reclaim, the slow put), evict.cc, events.cc (invalidation, unmaps, subscribers, flush),
+// fork.cc, stats.cc; internal.h has what they share.
 #ifndef VMTRACK_COMMON_CACHE_H
 #define VMTRACK_COMMON_CACHE_H
 
