@@ -214,6 +214,8 @@ private:
     bool over_limits(Device *dev, size_t adding) const noexcept;
 
     void reclaim() noexcept;
+    Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
+    void release_entries(Entry *list) noexcept;            // and its part after
     // The device call and the counters of a deregistration of `len` bytes (no lock needed).
     void deregister(Device *dev, void *handle, size_t len) noexcept;
     void notify_subscribers(uintptr_t start, size_t len) noexcept;

@@ -175,36 +175,49 @@ void Cache::reclaim() noexcept
         r->next.store(done, std::memory_order_relaxed);
         done = r;
     }
-    Entry *unwatch_list[64];
-    int nunwatch = 0;
+    Entry *free_later = free_reclaimed(done, keep);
+    release_entries(free_later);
+    t_in_reclaim = false;
+}
+
+// Under the lock: frees the deregistered registrations in `done` and puts those still held
+// (`keep`) back in limbo_. Returns the entries whose last registration went, linked by
+// lru_next (they left the LRU list when they left the index).
+Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
+{
     Entry *free_later = nullptr;
-    {
-        std::lock_guard<std::mutex> g(lock_);
-        while (done) {
-            Reg *r = done;
-            done = r->next.load(std::memory_order_relaxed);
-            Device *d = r->dev.load(std::memory_order_relaxed);
-            Entry *e = r->entry.load(std::memory_order_relaxed);
-            size_t len = e->end.load() - e->start.load();
-            d->regions--;
-            d->bytes -= len;
-            reg_set_state(r, kRegDead);
-            g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
-            regs_.free(r);
-            if (--e->regs_alive == 0 && !e->in_index) {
-                e->lru_next = free_later;  // reuse the link: the entry left the LRU list
-                free_later = e;
-            }
-        }
-        while (keep) {
-            Reg *r = keep;
-            keep = r->next.load(std::memory_order_relaxed);
-            r->next.store(limbo_, std::memory_order_relaxed);
-            limbo_ = r;
-            limbo_nonempty_.store(true, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(lock_);
+    while (done) {
+        Reg *r = done;
+        done = r->next.load(std::memory_order_relaxed);
+        Device *d = r->dev.load(std::memory_order_relaxed);
+        Entry *e = r->entry.load(std::memory_order_relaxed);
+        size_t len = e->end.load() - e->start.load();
+        d->regions--;
+        d->bytes -= len;
+        reg_set_state(r, kRegDead);
+        g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
+        regs_.free(r);
+        if (--e->regs_alive == 0 && !e->in_index) {
+            e->lru_next = free_later;  // reuse the link: the entry left the LRU list
+            free_later = e;
         }
     }
-    // Unwatch outside the lock, then give the entries back.
+    while (keep) {
+        Reg *r = keep;
+        keep = r->next.load(std::memory_order_relaxed);
+        r->next.store(limbo_, std::memory_order_relaxed);
+        limbo_ = r;
+        limbo_nonempty_.store(true, std::memory_order_relaxed);
+    }
+    return free_later;
+}
+
+// Unwatches the entries (outside the lock), then gives them back to their pool.
+void Cache::release_entries(Entry *free_later) noexcept
+{
+    Entry *unwatch_list[64];
+    int nunwatch = 0;
     while (free_later) {
         nunwatch = 0;
         while (free_later && nunwatch < 64) {
@@ -221,7 +234,6 @@ void Cache::reclaim() noexcept
             entries_.free(e);
         }
     }
-    t_in_reclaim = false;
 }
 
 }  // namespace vmt
