@@ -440,13 +440,13 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     // ---- unmapping cost per tracker ----
     struct TrackerUnmap {
         std::string name;
-        struct vmt_tracker_unmap_cost cost;
+        struct vmtrack_tracker_unmap_cost cost;
         int rc;
     };
     std::vector<TrackerUnmap> unmaps;
     for (const char *t : {"hooks", "uffd", "kmod"}) {
-        struct vmt_tracker_unmap_cost cost {};
-        int urc = vmt_bench_tracker_unmap(t, &cost);
+        struct vmtrack_tracker_unmap_cost cost {};
+        int urc = vmtrack_bench_tracker_unmap(t, &cost);
         unmaps.push_back({t, cost, urc});
     }
 

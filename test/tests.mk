@@ -76,6 +76,6 @@ test_test_stress_SOURCES = test/test_stress.c
 test_test_stress_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS)
 test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -lpthread
 
-# The command line of `vmtrack check`.
-TESTS += test/check_cli.sh
-EXTRA_DIST += test/check_cli.sh doc/scenarios.md
+# The command line of `vmtrack check`; the library's exports against the public headers.
+TESTS += test/check_cli.sh test/check_exports.sh
+EXTRA_DIST += test/check_cli.sh test/check_exports.sh doc/scenarios.md

@@ -11,7 +11,6 @@
 // cache serves them uncached). Without privilege the fd is UFFD_USER_MODE_ONLY: then a kernel
 // access (read(2) into the buffer) to a watched page that is not present fails with EFAULT
 // instead of waiting, so the plain mode is tried first.
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -152,7 +151,6 @@ private:
     // kept for the Linux 6.1 io_uring case (doc/scenarios.md).
     std::atomic<bool> wp_ok_{false};
     std::atomic<uint64_t> missing_regs_{0};      // ranges that needed MISSING mode
-    mutable double unmap_watched_us_ = -1, unmap_plain_us_ = -1;
 };
 
 int UffdTracker::start(std::string *why)
@@ -566,43 +564,8 @@ std::string UffdTracker::describe() const
     snprintf(b, sizeof b, "watched ranges: %zu; events read: %llu; page faults served: %llu\n",
              n, (unsigned long long)events_.load(), (unsigned long long)faults_.load());
     d += b;
-    if (unmap_watched_us_ < 0) {
-        // munmap of a watched 64 KiB range vs an unwatched one (the unmapping thread waits
-        // for the monitor to read the event). The sink sees invalidations of ranges it does
-        // not hold: harmless.
-        auto *self = const_cast<UffdTracker *>(this);
-        const size_t len = 64 << 10;
-        constexpr int kRounds = 41;
-        double tw[kRounds], tp[kRounds];
-        int nw = 0, np = 0;
-        for (int i = 0; i < 2 * kRounds; i++) {
-            void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                           -1, 0);
-            if (p == MAP_FAILED)
-                break;
-            memset(p, 1, len);
-            WatchToken t;
-            bool watched = (i & 1) && self->watch((uintptr_t)p, len, &t) == 0;
-            double t0 = now_ns();
-            munmap(p, len);
-            double dt = now_ns() - t0;
-            if (watched) {
-                self->unwatch((uintptr_t)p, len, t);
-                tw[nw++] = dt;
-            } else if (np < kRounds) {
-                tp[np++] = dt;
-            }
-        }
-        std::sort(tw, tw + nw);
-        std::sort(tp, tp + np);
-        unmap_watched_us_ = nw ? tw[nw / 2] / 1000 : 0;  // medians
-        unmap_plain_us_ = np ? tp[np / 2] / 1000 : 0;
-    }
-    snprintf(b, sizeof b,
-             "cost: munmap of a watched 64 KiB range %.1f us vs %.1f us unwatched (medians; the "
-             "unmapping thread waits for the monitor); unwatched memory: no cost\n",
-             unmap_watched_us_, unmap_plain_us_);
-    d += b;
+    d += "cost: each munmap of a watched range waits for the monitor thread to read the "
+         "event; unwatched memory costs nothing (`vmtrack info --measure` measures it)\n";
     return d;
 }
 
