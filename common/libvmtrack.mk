@@ -16,7 +16,7 @@ libvmtrack_la_SOURCES = \
 	common/trackers/tracker.h \
 	common/trackers/select.cc common/trackers/select.h \
 	common/trackers/none.cc \
-	common/trackers/hooks.cc common/trackers/hooks_guard.h \
+	common/trackers/hooks.cc \
 	common/trackers/hooks_patch.cc common/trackers/hooks_patch.h \
 	common/trackers/uffd.cc \
 	common/trackers/kmod.cc kmod/uapi/vmtrack_kmod.h \

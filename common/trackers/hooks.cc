@@ -9,7 +9,8 @@
 //  - the list of sinks is a fixed array readable without locks; removing a sink waits until no
 //    hook uses its slot;
 //  - reap() only for calls from the main program's own code, never from inside vmtrack
-//    (HooksGuard) or from a library (libc's malloc locks, a driver's locks).
+//    (t_depth: a hook that is already calling the caches) or from a library (libc's malloc
+//    locks, a driver's locks).
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -27,7 +28,6 @@
 
 #include <new>
 
-#include "trackers/hooks_guard.h"
 #include "trackers/hooks_patch.h"
 #include "util/log.h"
 #include "trackers/tracker.h"
@@ -67,6 +67,8 @@ void install_atfork() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 int g_trackers = 0;
 bool g_patched = false;
 
+// How deep this thread is in the hooks' own calls into the caches (begin/end): a munmap that a
+// cache or device makes from there is still reported, but does not reap (no re-entry).
 __thread int t_depth __attribute__((tls_model("initial-exec")));
 
 void **g_curbrk = nullptr;  // glibc's __curbrk
@@ -587,10 +589,6 @@ __attribute__((destructor)) void hooks_unload()
 }
 
 }  // namespace
-
-void hooks_enter() noexcept { t_depth++; }
-void hooks_leave() noexcept { t_depth--; }
-bool hooks_inside() noexcept { return t_depth > 0; }
 
 int hooks_tracker_probe(std::string *why)
 {

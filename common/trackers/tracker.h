@@ -103,11 +103,10 @@ struct TrackerKind {
     TrackerFactory create;
 };
 
-// In the order "auto" tries them: kmod, hooks, uffd. Defined in tracker_select.cc.
+// In the order "auto" tries them: kmod, hooks, uffd. Defined in trackers/select.cc.
 extern const TrackerKind kAutoTrackers[];
 extern const size_t kAutoTrackerCount;
 
-int none_tracker_probe(std::string *why);
 int none_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int pass_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int hooks_tracker_probe(std::string *why);
