@@ -81,20 +81,12 @@ extern "C" int vmtrack_bench_tracker_unmap(const char *tracker, struct vmtrack_t
 {
     if (!tracker || !cost)
         return -EINVAL;
-    struct vmt_cache_opts o;
-    memset(&o, 0, sizeof o);
-    o.sz = sizeof o;
-    o.tracker = tracker;
+    VMT_OPTS(vmt_cache_opts, o, .tracker = tracker);
     struct vmt_cache *c;
     int rc = vmt_cache_create(&o, &c);
     if (rc)
         return rc;
-    struct vmt_device_ops ops;
-    memset(&ops, 0, sizeof ops);
-    ops.sz = sizeof ops;
-    ops.name = "bench";
-    ops.reg = fake_reg;
-    ops.dereg = fake_dereg;
+    VMT_OPTS(vmt_device_ops, ops, .name = "bench", .reg = fake_reg, .dereg = fake_dereg);
     static int ctx;
     struct vmt_device *dev;
     rc = vmt_device_attach(c, &ops, &ctx, &dev);

@@ -155,9 +155,7 @@ extern "C" int vmtrack_cmd_info(int argc, char **argv)
         lines.push_back({"trackers", report});
         if (measuring)
             lines.push_back({"measured", measure(vmt_cache_tracker(cache))});
-        struct vmt_stats st;
-        memset(&st, 0, sizeof st);
-        st.sz = sizeof st;
+        VMT_OPTS(vmt_stats, st);
         if (vmt_stats_get(cache, &st) == 0) {
             lines.push_back({"max entries", std::to_string(st.max_entries)});
             lines.push_back({"max bytes", std::to_string(st.max_bytes)});

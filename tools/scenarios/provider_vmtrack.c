@@ -75,10 +75,7 @@ static int vp_setup(void **ctx, struct io_uring *ring, const char *variant, char
     struct vprov *v = calloc(1, sizeof(*v));
     if (!v)
         return -ENOMEM;
-    struct vmt_cache_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sz = sizeof(o);
-    o.tracker = variant;
+    VMT_OPTS(vmt_cache_opts, o, .tracker = variant);
     if (whylen)
         why[0] = 0;
     /* Plainly first, so that whatever goes wrong inside (a crash) is seen on stderr; only a
