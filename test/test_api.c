@@ -87,6 +87,16 @@ START_TEST(larger_cache_opts_need_a_zero_tail)
 }
 END_TEST
 
+/* A cache with manual invalidation only, and a counting device for it (not attached). */
+static struct vmt_cache *none_cache_and_device(struct fake_device *f)
+{
+    VMT_OPTS(vmt_cache_opts, o, .tracker = "none");
+    struct vmt_cache *c;
+    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
+    fake_init(f, 0);
+    return c;
+}
+
 struct newer_device_ops {
     struct vmt_device_ops known;
     void *later[2];
@@ -94,11 +104,8 @@ struct newer_device_ops {
 
 START_TEST(larger_device_ops_need_a_zero_tail)
 {
-    VMT_OPTS(vmt_cache_opts, o, .tracker = "none");
-    struct vmt_cache *c;
-    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
     struct fake_device f;
-    fake_init(&f, 0);
+    struct vmt_cache *c = none_cache_and_device(&f);
     struct newer_device_ops n;
     memset(&n, 0, sizeof n);
     n.known = f.ops;
@@ -228,11 +235,8 @@ static void *put_it(void *reg)
 
 START_TEST(put_from_another_thread_releases_the_hold)
 {
-    VMT_OPTS(vmt_cache_opts, o, .tracker = "none");
-    struct vmt_cache *c;
-    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
     struct fake_device f;
-    fake_init(&f, 0);
+    struct vmt_cache *c = none_cache_and_device(&f);
     struct vmt_device *d;
     ck_assert_int_eq(vmt_device_attach(c, &f.ops, &f, &d), 0);
     size_t len = 1 << 16;

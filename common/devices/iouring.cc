@@ -168,13 +168,9 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
         for (unsigned i = 0; i < slots; i++)
             ctx->free_slots[i] = slots - 1 - i;
         ctx->nfree = slots;
-        memset(&ctx->ops, 0, sizeof(ctx->ops));
-        ctx->ops.sz = sizeof(ctx->ops);
-        ctx->ops.name = "io_uring";
-        ctx->ops.reg = iou_reg;
-        ctx->ops.dereg = iou_dereg;
-        ctx->ops.max_regions = slots;
-        ctx->ops.max_region_bytes = kMaxBufferBytes;
+        VMT_OPTS(vmt_device_ops, ops, .name = "io_uring", .reg = iou_reg, .dereg = iou_dereg,
+                 .max_regions = slots, .max_region_bytes = kMaxBufferBytes);
+        ctx->ops = ops;
         created = true;
     }
     int ret = vmt_device_attach(cache, &ctx->ops, ctx, out);
