@@ -66,6 +66,23 @@ void print_stats_at_exit()
             (unsigned long long)s.upgrades, (unsigned long long)s.deferred);
 }
 
+// VMTRACK_LOG, read once: for the shared cache, caches made with vmt_cache_create, and before
+// vmt_set_log_level (which then has the last word).
+// `parsed`: the environment already read by the caller (it is not read, nor warned about, twice).
+void apply_log_env(const vmt::EnvConfig *parsed = nullptr)
+{
+    static std::once_flag once;
+    std::call_once(once, [parsed] {
+        vmt::EnvConfig cfg;
+        std::string error;
+        if (parsed)
+            cfg = *parsed;
+        else if (vmt::env_parse(&cfg, &error) < 0)
+            return;
+        vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
+    });
+}
+
 // Why the tracker VMTRACK_TRACKER names cannot be used here (the cache's own report is gone
 // with the cache that failed).
 std::string why_tracker_unusable(const std::string &name)
@@ -89,7 +106,7 @@ void make_shared()
         g_shared_error = -rc;
         return;
     }
-    vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
+    apply_log_env(&cfg);
     VMT_OPTS(vmt_cache_opts, opts, .tracker = cfg.tracker.c_str(), .max_entries = cfg.max_entries,
              .max_bytes = cfg.max_bytes);
     rc = Cache::create(&opts, cfg.merge, &g_shared);
@@ -103,18 +120,6 @@ void make_shared()
     }
     if (cfg.stats_at_exit)
         atexit(print_stats_at_exit);
-}
-
-// VMTRACK_LOG applies to caches made with vmt_cache_create too.
-void apply_log_env()
-{
-    static std::once_flag once;
-    std::call_once(once, [] {
-        vmt::EnvConfig cfg;
-        std::string error;
-        if (vmt::env_parse(&cfg, &error) == 0)
-            vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
-    });
 }
 
 }  // namespace
@@ -286,6 +291,16 @@ int vmt_set_log_fn(vmt_log_fn fn, void *arg)
 {
     vmt::log_set_sink(fn, arg);
     return 0;
+}
+
+int vmt_set_log_level(int level)
+{
+    if (level < VMT_LOG_LEVEL_ERROR || level > VMT_LOG_LEVEL_DEBUG)
+        return -EINVAL;
+    apply_log_env();  // VMTRACK_LOG first, so that it cannot undo this call later
+    int before = static_cast<int>(vmt::log_level());
+    vmt::log_set_level(static_cast<vmt::LogLevel>(level));
+    return before;
 }
 
 const char *vmt_strerror(int negative_errno)

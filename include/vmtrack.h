@@ -205,13 +205,17 @@ enum {
     VMT_LOG_LEVEL_INFO  = 2,  /* why a call failed, beside the errno it returned */
     VMT_LOG_LEVEL_DEBUG = 3,
 };
-/* Receives each message VMTRACK_LOG lets through (default: warn and error): `line` is one
+/* Receives each message the log level lets through (default: warn and error): `line` is one
  * message without a prefix or newline, valid only during the call. It can be called from any
  * thread, rarely from inside munmap() or free() with libc's locks held: it should not allocate
  * or call vmtrack (copy the line into a buffer of its own if it must). */
 typedef void (*vmt_log_fn)(void *arg, int level, const char *line);
 /* Route vmtrack's messages to fn (NULL: back to stderr, as "vmtrack: ..." lines). Returns 0. */
 int vmt_set_log_fn(vmt_log_fn fn, void *arg);
+/* The most detailed level that is delivered, to stderr or to the log function. VMTRACK_LOG sets
+ * it when the first cache is made; a call here overrides that for the rest of the process.
+ * Returns the level before, or -EINVAL for a level that is not VMT_LOG_LEVEL_*. */
+int vmt_set_log_level(int level);
 
 /* What a negative errno returned by vmtrack means, in one line (never NULL). */
 const char *vmt_strerror(int negative_errno);

@@ -207,6 +207,27 @@ START_TEST(log_fn_gets_the_lines_and_a_returned_error_is_not_an_error)
 }
 END_TEST
 
+START_TEST(log_level_set_by_the_program_wins)
+{
+    struct captured cap;
+    memset(&cap, 0, sizeof cap);
+    ck_assert_int_eq(vmt_set_log_fn(capture, &cap), 0);
+    /* VMTRACK_LOG=info (main) is read first, then replaced */
+    ck_assert_int_eq(vmt_set_log_level(VMT_LOG_LEVEL_WARN), VMT_LOG_LEVEL_INFO);
+    ck_assert_int_eq(vmt_set_log_level(VMT_LOG_LEVEL_DEBUG + 1), -EINVAL);
+    ck_assert_int_eq(vmt_set_log_level(-1), -EINVAL);
+    VMT_OPTS(vmt_cache_opts, o, .tracker = "bogus");
+    struct vmt_cache *c;
+    ck_assert_int_eq(vmt_cache_create(&o, &c), -EINVAL);
+    ck_assert_msg(cap.calls == 0, "an explanation got through at level warn: %s", cap.line[0]);
+    ck_assert_int_eq(vmt_set_log_level(VMT_LOG_LEVEL_INFO), VMT_LOG_LEVEL_WARN);
+    ck_assert_int_eq(vmt_cache_create(&o, &c), -EINVAL);
+    ck_assert_int_ge(cap.calls, 1);
+    ck_assert_int_eq(cap.level[0], VMT_LOG_LEVEL_INFO);
+    vmt_set_log_fn(NULL, NULL);
+}
+END_TEST
+
 /* ---- vmt_strerror ------------------------------------------------------------------------ */
 START_TEST(strerror_speaks_of_the_errno)
 {
@@ -268,6 +289,7 @@ int main(void)
     tcase_add_test(tc, larger_device_ops_need_a_zero_tail);
     tcase_add_test(tc, larger_stats_read_zero_for_unknown_counters);
     tcase_add_test(tc, log_fn_gets_the_lines_and_a_returned_error_is_not_an_error);
+    tcase_add_test(tc, log_level_set_by_the_program_wins);
     tcase_add_test(tc, strerror_speaks_of_the_errno);
     tcase_add_test(tc, put_from_another_thread_releases_the_hold);
     suite_add_tcase(s, tc);
