@@ -70,19 +70,13 @@ struct Bench {
 
     int open(const char *tracker, size_t nregions)
     {
-        struct vmt_cache_opts o;
-        memset(&o, 0, sizeof o);
-        o.sz = sizeof o;
-        o.tracker = tracker;
-        o.max_entries = nregions + 1024;
-        o.max_bytes = (size_t)1 << 50;
+        VMT_OPTS(vmt_cache_opts, o, .tracker = tracker, .max_entries = nregions + 1024,
+                 .max_bytes = (size_t)1 << 50);
         int rc = vmt_cache_create(&o, &cache);
         if (rc)
             return rc;
-        ops.sz = sizeof ops;
-        ops.name = "null";
-        ops.reg = null_reg;
-        ops.dereg = null_dereg;
+        VMT_OPTS(vmt_device_ops, null_ops, .name = "null", .reg = null_reg, .dereg = null_dereg);
+        ops = null_ops;
         rc = vmt_device_attach(cache, &ops, this, &dev);
         if (rc)
             return rc;
@@ -373,8 +367,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     double hit1 = median(one_ns), scaling = median(scalings), cpu_scaling = median(cpu_scalings);
     double call_floor = median(floor_ns);
     double floor_scaling = median(floor_scalings), floor_cpu_scaling = median(floor_cpu_scalings);
-    struct vmt_stats st;
-    st.sz = sizeof st;
+    VMT_OPTS(vmt_stats, st);
     vmt_stats_get(b.cache, &st);
 
     // Miss cost beyond the device: flush, then register every region again.
@@ -440,13 +433,13 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     // ---- unmapping cost per tracker ----
     struct TrackerUnmap {
         std::string name;
-        struct vmt_tracker_unmap_cost cost;
+        struct vmtrack_tracker_unmap_cost cost;
         int rc;
     };
     std::vector<TrackerUnmap> unmaps;
     for (const char *t : {"hooks", "uffd", "kmod"}) {
-        struct vmt_tracker_unmap_cost cost {};
-        int urc = vmt_bench_tracker_unmap(t, &cost);
+        struct vmtrack_tracker_unmap_cost cost {};
+        int urc = vmtrack_bench_tracker_unmap(t, &cost);
         unmaps.push_back({t, cost, urc});
     }
 

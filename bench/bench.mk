@@ -32,3 +32,6 @@ bench_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
 bench_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_bench_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
 endif
+
+# The runs behind README's figures.
+EXTRA_DIST += doc/bench.md

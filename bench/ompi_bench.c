@@ -169,8 +169,7 @@ int main(int argc, char **argv)
                 (void *) vm);
         return 99;
     }
-    struct vmt_device_ops ops = {.sz = sizeof(ops), .name = "bench-raw", .reg = v_reg,
-                                 .dereg = v_dereg};
+    VMT_OPTS(vmt_device_ops, ops, .name = "bench-raw", .reg = v_reg, .dereg = v_dereg);
     struct vmt_device *dev = NULL;
     if (vmt_device_attach(vmt_shared(), &ops, &ops, &dev) < 0)
         return 99;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "cache/cache.h"
+#include "trackers/tracker.h"
 #include "util/env.h"
 #include "util/log.h"
 #include "vmtrack.h"
@@ -24,6 +25,24 @@ const Cache *as_cache(const struct vmt_cache *c) { return reinterpret_cast<const
 Device *as_dev(struct vmt_device *d) { return reinterpret_cast<Device *>(d); }
 const Reg *as_reg(const struct vmt_reg *r) { return reinterpret_cast<const Reg *>(r); }
 
+static_assert(VMT_LOG_LEVEL_ERROR == (int)vmt::LogLevel::error &&
+                  VMT_LOG_LEVEL_WARN == (int)vmt::LogLevel::warn &&
+                  VMT_LOG_LEVEL_INFO == (int)vmt::LogLevel::info &&
+                  VMT_LOG_LEVEL_DEBUG == (int)vmt::LogLevel::debug,
+              "public log levels are the internal ones");
+
+// A struct from a program built against a newer vmtrack.h may be larger than this library's:
+// fine if nothing is set in the part this library does not know (its fields are then at their
+// defaults); else the program asks for something this library cannot do.
+bool tail_is_zero(const void *s, size_t known, size_t sz)
+{
+    const unsigned char *p = static_cast<const unsigned char *>(s);
+    for (size_t i = known; i < sz; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
 std::once_flag g_shared_once;
 Cache *g_shared = nullptr;
 int g_shared_error = 0;
@@ -32,8 +51,7 @@ void print_stats_at_exit()
 {
     if (!g_shared)
         return;
-    struct vmt_stats s;
-    s.sz = sizeof s;
+    VMT_OPTS(vmt_stats, s);
     g_shared->stats(&s);
     fprintf(stderr,
             "vmtrack: shared cache (tracker %s): %llu hits (%llu from the memo), %llu misses, %llu registrations, "
@@ -48,42 +66,60 @@ void print_stats_at_exit()
             (unsigned long long)s.upgrades, (unsigned long long)s.deferred);
 }
 
+// VMTRACK_LOG, read once: for the shared cache, caches made with vmt_cache_create, and before
+// vmt_set_log_level (which then has the last word).
+// `parsed`: the environment already read by the caller (it is not read, nor warned about, twice).
+void apply_log_env(const vmt::EnvConfig *parsed = nullptr)
+{
+    static std::once_flag once;
+    std::call_once(once, [parsed] {
+        vmt::EnvConfig cfg;
+        std::string error;
+        if (parsed)
+            cfg = *parsed;
+        else if (vmt::env_parse(&cfg, &error) < 0)
+            return;
+        vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
+    });
+}
+
+// Why the tracker VMTRACK_TRACKER names cannot be used here (the cache's own report is gone
+// with the cache that failed).
+std::string why_tracker_unusable(const std::string &name)
+{
+    for (size_t i = 0; i < vmt::kAutoTrackerCount; i++) {
+        std::string why;
+        if (name == vmt::kAutoTrackers[i].name && vmt::kAutoTrackers[i].probe(&why) < 0)
+            return why;
+    }
+    return std::string();
+}
+
 void make_shared()
 {
     vmt::EnvConfig cfg;
     std::string error;
     int rc = vmt::env_parse(&cfg, &error);
     if (rc < 0) {
-        VMT_LOG_ERROR("%s", error.c_str());
+        // The caller sees only errno = EINVAL: the variable at fault is named here.
+        VMT_LOG_WARN("the shared cache cannot be created: %s", error.c_str());
         g_shared_error = -rc;
         return;
     }
-    vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
-    struct vmt_cache_opts opts;
-    memset(&opts, 0, sizeof opts);
-    opts.sz = sizeof opts;
-    opts.tracker = cfg.tracker.c_str();
-    opts.max_entries = cfg.max_entries;
-    opts.max_bytes = cfg.max_bytes;
+    apply_log_env(&cfg);
+    VMT_OPTS(vmt_cache_opts, opts, .tracker = cfg.tracker.c_str(), .max_entries = cfg.max_entries,
+             .max_bytes = cfg.max_bytes);
     rc = Cache::create(&opts, cfg.merge, &g_shared);
     if (rc < 0) {
+        // The tracker came from the environment, not from the caller: say which and why.
+        std::string why = why_tracker_unusable(cfg.tracker);
+        VMT_LOG_WARN("the shared cache cannot be created with VMTRACK_TRACKER=%s: %s",
+                     cfg.tracker.c_str(), why.empty() ? strerror(-rc) : why.c_str());
         g_shared_error = -rc;
         return;
     }
     if (cfg.stats_at_exit)
         atexit(print_stats_at_exit);
-}
-
-// VMTRACK_LOG applies to caches made with vmt_cache_create too.
-void apply_log_env()
-{
-    static std::once_flag once;
-    std::call_once(once, [] {
-        vmt::EnvConfig cfg;
-        std::string error;
-        if (vmt::env_parse(&cfg, &error) == 0)
-            vmt::log_set_level(static_cast<vmt::LogLevel>(cfg.log_level));
-    });
 }
 
 }  // namespace
@@ -94,8 +130,13 @@ int vmt_cache_create(const struct vmt_cache_opts *opts, struct vmt_cache **out)
 {
     if (!out || (opts && opts->sz < offsetof(struct vmt_cache_opts, flags) + sizeof(unsigned)) ||
         (opts && (opts->flags & ~(unsigned)VMT_CACHE_NO_MERGE))) {
-        VMT_LOG_ERROR("vmt_cache_create: invalid options (out must be set, opts->sz = sizeof, known flags)");
+        VMT_LOG_INFO("vmt_cache_create: invalid options (out must be set, opts->sz = sizeof, known flags)");
         return -EINVAL;
+    }
+    if (opts && !tail_is_zero(opts, sizeof *opts, opts->sz)) {
+        VMT_LOG_INFO("vmt_cache_create: opts has %zu bytes, this library knows %zu and the rest "
+                     "is not zero (built against a newer vmtrack.h?)", opts->sz, sizeof *opts);
+        return -E2BIG;
     }
     apply_log_env();
     Cache *c = nullptr;
@@ -146,8 +187,13 @@ int vmt_cache_tracker_report(const struct vmt_cache *cache, char *buf, size_t le
 int vmt_device_attach(struct vmt_cache *cache, const struct vmt_device_ops *ops, void *ctx,
                       struct vmt_device **out)
 {
-    if (!cache || !out)
+    if (!cache || !out || !ops)
         return -EINVAL;
+    if (!tail_is_zero(ops, sizeof *ops, ops->sz)) {
+        VMT_LOG_INFO("vmt_device_attach: ops has %zu bytes, this library knows %zu and the rest "
+                     "is not zero (built against a newer vmtrack.h?)", ops->sz, sizeof *ops);
+        return -E2BIG;
+    }
     Device *d = nullptr;
     int rc = as_cache(cache)->attach(ops, ctx, &d);
     if (rc == 0)
@@ -212,6 +258,8 @@ int vmt_stats_get(struct vmt_cache *cache, struct vmt_stats *stats)
     if (!cache || !stats || stats->sz < offsetof(struct vmt_stats, bytes_registered) + sizeof(uint64_t))
         return -EINVAL;
     as_cache(cache)->stats(stats);
+    if (stats->sz > sizeof *stats)  // counters of a newer vmtrack.h that this library lacks
+        memset(reinterpret_cast<char *>(stats) + sizeof *stats, 0, stats->sz - sizeof *stats);
     return 0;
 }
 
@@ -227,16 +275,51 @@ int vmt_unsubscribe(struct vmt_cache *cache, vmt_event_fn fn, void *arg)
 
 const char *vmt_version(void) { return PACKAGE_VERSION; }
 
+int vmt_check_version(unsigned major, unsigned minor)
+{
+    // Within a major version releases only add (common/libvmtrack.map): a library serves every
+    // program built against the same major version and a minor one no newer than its own.
+    if (major != VMT_VERSION_MAJOR || minor > VMT_VERSION_MINOR) {
+        VMT_LOG_INFO("this library is vmtrack %s; the program was built for %u.%u", PACKAGE_VERSION,
+                     major, minor);
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
+int vmt_set_log_fn(vmt_log_fn fn, void *arg)
+{
+    vmt::log_set_sink(fn, arg);
+    return 0;
+}
+
+int vmt_set_log_level(int level)
+{
+    if (level < VMT_LOG_LEVEL_ERROR || level > VMT_LOG_LEVEL_DEBUG)
+        return -EINVAL;
+    apply_log_env();  // VMTRACK_LOG first, so that it cannot undo this call later
+    int before = static_cast<int>(vmt::log_level());
+    vmt::log_set_level(static_cast<vmt::LogLevel>(level));
+    return before;
+}
+
 const char *vmt_strerror(int negative_errno)
 {
     switch (negative_errno) {
     case 0: return "success";
-    case -EINVAL: return "invalid argument (NULL, zero length, unknown access bits or flags)";
+    case -EINVAL: return "invalid argument: a NULL pointer, a zero length, a struct whose sz is too small, or unknown bits or names";
+    case -E2BIG: return "the struct is larger than this library knows and its extra bytes are not zero (built against a newer vmtrack.h)";
     case -EFAULT: return "the memory is not mapped";
-    case -ENOSPC: return "over the device's limits even after eviction";
-    case -ENODEV: return "the device is detached, or was attached in the parent before fork()";
+    case -ENOSPC: return "no room: over the cache's or the device's limits even after eviction, or too many of something";
+    case -ENODEV: return "no such device: detached, attached in the parent before fork(), or /dev/vmtrack absent";
     case -ENOMEM: return "out of memory";
-    case -ENOSYS: return "not available in this build";
+    case -EBUSY: return "in use by someone else (libc patched by another library, a ring's buffer table)";
+    case -ENOTSUP: return "not supported here (this kernel, this CPU, this kind of memory, or this library version)";
+    case -EPROTO: return "version mismatch with the kernel module";
+    case -ENOSYS: return "not available in this build or kernel";
+    case -EEXIST: return "already there (subscribed twice)";
+    case -ENOENT: return "not found (not subscribed)";
+    case -EIO: return "I/O error: a device failed without an errno, or broke its contract";
     default: return strerror(negative_errno < 0 ? -negative_errno : negative_errno);
     }
 }

@@ -1,25 +1,62 @@
 /* vmtrack: one memory-registration cache per process, shared by every library in it.
  *
- * The contract is ../shared/API.md of the project: functions return 0 or a negative errno,
- * out-parameters come last, structs passed in start with `size_t sz`. Additions to the contract
- * are marked "extension" below; nothing in the contract is renamed or changed. */
+ * Conventions. Functions return 0 or a negative errno (each function lists its own; see also
+ * vmt_strerror), out-parameters come last, and every struct passed in starts with `size_t sz`,
+ * set to sizeof by the caller (VMT_OPTS does it): a program built against an older vmtrack.h
+ * passes a smaller struct and gets the defaults for the fields it does not know; a program built
+ * against a newer one may pass a larger struct whose unknown tail is zero (else -E2BIG).
+ * Everything public is named vmt_ / VMT_. Nothing here is renamed or changes meaning from one
+ * release to the next; additions say which release brought them ("since 0.1").
+ *
+ * Threads. Every function may be called from any thread at the same time, on the same cache or
+ * device, with these exceptions: vmt_cache_destroy and vmt_device_detach must not race with
+ * other calls on the cache or device they end. A registration may be released (vmt_put) by
+ * another thread than the one that got it.
+ *
+ * Callbacks (device ops, vmt_event_fn, vmt_log_fn) run in whatever thread vmtrack is in when it
+ * needs them; what each may do is said where it is declared. */
 #ifndef VMTRACK_H
 #define VMTRACK_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include <vmtrack/version.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define VMT_VERSION_MAJOR 0
-#define VMT_VERSION_MINOR 1
-#define VMT_VERSION_PATCH 0
-
 struct vmt_cache;   /* a registration cache: one index of address ranges, many devices */
 struct vmt_device;  /* something that must register memory before DMA (a PD, a ring, ...) */
 struct vmt_reg;     /* one cached registration, held between vmt_get and vmt_put */
+
+/* Declares `struct type name` with .sz set, the given fields, and every other field zero:
+ *     VMT_OPTS(vmt_cache_opts, opts, .tracker = "hooks");
+ *     VMT_OPTS(vmt_stats, st);
+ * GCC and Clang, C and C++ (in C++, name the fields in declaration order). Since 0.1. */
+#ifdef __cplusplus
+#define VMT_OPTS(type, name, ...)                                                              \
+    struct type name = ({                                                                      \
+        _Pragma("GCC diagnostic push")                                                         \
+        _Pragma("GCC diagnostic ignored \"-Wmissing-field-initializers\"")                     \
+        struct type vmt_opts_ = {.sz = sizeof(struct type), __VA_ARGS__};                      \
+        _Pragma("GCC diagnostic pop")                                                          \
+        vmt_opts_;                                                                             \
+    })
+#else
+#define VMT_OPTS(type, name, ...) struct type name = {.sz = sizeof(struct type), __VA_ARGS__}
+#endif
+
+/* ---- version --------------------------------------------------------------------------- */
+/* The library's version, "MAJOR.MINOR.PATCH" (VMT_VERSION is the header's). */
+const char *vmt_version(void);
+
+/* 0 if this library serves a program built against vmtrack.h version major.minor: the same
+ * major version and at least that minor one. -ENOTSUP otherwise (the library is older, or of
+ * another major version). Call it as VMT_CHECK_VERSION() to check the header in use. Since 0.1. */
+int vmt_check_version(unsigned major, unsigned minor);
+#define VMT_CHECK_VERSION() vmt_check_version(VMT_VERSION_MAJOR, VMT_VERSION_MINOR)
 
 /* ---- caches ---------------------------------------------------------------------------- */
 enum {
@@ -35,21 +72,33 @@ struct vmt_cache_opts {
     size_t      max_bytes;    /* 0: default (derived from RLIMIT_MEMLOCK and device limits) */
     unsigned    flags;        /* VMT_CACHE_* */
 };
+
+/* A new cache (opts NULL: all defaults). Errors: -EINVAL (out NULL, sz smaller than the
+ * original struct, unknown flags, unknown tracker name), -E2BIG (sz larger than this library
+ * knows and the extra bytes not zero), -ENOMEM; for a tracker named explicitly, why it cannot
+ * be used here, e.g. -ENODEV (no /dev/vmtrack), -EACCES or -EPERM (not permitted), -EPROTO (a
+ * module of another ABI), -EBUSY (libc already patched by someone else), -ENOTSUP or -ENOSYS
+ * (not in this kernel or on this CPU), -ENOSPC (too many caches use the hooks tracker). "auto"
+ * never fails for want of a tracker: it falls back to "pass". */
 int  vmt_cache_create(const struct vmt_cache_opts *opts, struct vmt_cache **out);
+/* Deregisters everything the cache holds and frees it. NULL and the shared cache are ignored. */
 void vmt_cache_destroy(struct vmt_cache *cache);
 
 /* The process-wide cache that every library in the process shares. Created on first call with
  * options from the environment (VMTRACK_TRACKER, VMTRACK_MAX_ENTRIES, VMTRACK_MAX_BYTES, ...).
- * Returns NULL and sets errno if it cannot be created. Never destroyed by callers. */
+ * Returns NULL and sets errno if it cannot be created (EINVAL: a VMTRACK_* value vmtrack does not
+ * understand; else as vmt_cache_create). Never destroyed by callers. */
 struct vmt_cache *vmt_shared(void);
 
-/* Name of the tracker actually in use: "kmod", "hooks", "uffd" or "none".
- * (Extension) "pass" when "auto" found no tracker: every vmt_get registers and every last
- * vmt_put deregisters, nothing is cached, so nothing can be stale. */
+/* Name of the tracker actually in use: "kmod", "hooks", "uffd" or "none"; since 0.1 also "pass"
+ * when "auto" found no tracker: every vmt_get registers and every last vmt_put deregisters,
+ * nothing is cached, so nothing can be stale. NULL if cache is NULL. */
 const char *vmt_cache_tracker(const struct vmt_cache *cache);
 
-/* (Extension) Why the tracker in use was chosen, and why each other one was not: one line per
- * tracker, "name: reason". Returns the length it wanted (like snprintf). */
+/* Why the tracker in use was chosen, and why each other one was not (one line per tracker,
+ * "name: reason"), then facts about the tracker in use (mode, limits, counters). Cheap: it
+ * measures nothing (`vmtrack info --measure` does). Returns the length it wanted, like snprintf,
+ * or -EINVAL if cache is NULL. Since 0.1. */
 int vmt_cache_tracker_report(const struct vmt_cache *cache, char *buf, size_t len);
 
 /* ---- devices --------------------------------------------------------------------------- */
@@ -62,6 +111,11 @@ enum {
 };
 #define VMT_ACCESS_ALL 0x1fu
 
+/* reg runs in the thread calling vmt_get. dereg runs in a thread calling vmt_get, vmt_put,
+ * vmt_flush, vmt_device_detach or vmt_cache_destroy, or right after a munmap() & co. that the
+ * main program itself called (never inside libc's or another library's own call, never on a
+ * tracker's monitor thread). Neither runs with a vmtrack lock held; neither may call vmtrack for
+ * the same cache. */
 struct vmt_device_ops {
     size_t      sz;
     const char *name;
@@ -74,38 +128,48 @@ struct vmt_device_ops {
 };
 
 /* Attach a device to a cache. Attaching the same (ops->reg, ctx) pair again returns the same
- * device with its reference count raised, so two libraries that share a PD share registrations. */
+ * device with its reference count raised, so two libraries that share a PD share registrations.
+ * Errors: -EINVAL (NULL cache, ops or out, sz smaller than up to dereg, reg or dereg NULL),
+ * -E2BIG (sz larger than known and the extra bytes not zero), -ENOMEM. */
 int  vmt_device_attach(struct vmt_cache *cache, const struct vmt_device_ops *ops, void *ctx,
                        struct vmt_device **out);
-void vmt_device_detach(struct vmt_device *dev);   /* deregisters what only it holds */
+/* Drops one reference; the last deregisters what only this device holds. NULL is ignored. */
+void vmt_device_detach(struct vmt_device *dev);
 
-/* (Extension) The context the device was attached with (what ops->reg receives). */
+/* The context the device was attached with (what ops->reg receives); NULL if dev is NULL.
+ * Since 0.1. */
 void *vmt_device_ctx(const struct vmt_device *dev);
 
 /* ---- registrations --------------------------------------------------------------------- */
 /* A registration valid *now* for at least [addr, addr+len) with at least `access`. It may be
  * larger (page-aligned, merged). Held until vmt_put; while held it is not deregistered, even if
  * the memory is unmapped (then it is dropped from the cache and deregistered at the last put).
- * Errors: -EINVAL (NULL, len 0, unknown access bits), -EFAULT (memory not mapped), -ENOSPC,
- * or the device's own error. */
+ * Errors: -EINVAL (NULL, len 0, unknown access bits, a range that wraps), -EFAULT (memory not
+ * mapped), -ENOSPC (over the cache's or the device's limits even after eviction), -ENODEV (the
+ * device is detached, or was attached in the parent before fork()), -ENOMEM, -EIO (ops->reg
+ * returned a positive value), or the device's own error from ops->reg. */
 int    vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                struct vmt_reg **out);
+/* Releases a registration from vmt_get, from any thread. NULL is ignored; a second put of the
+ * same hold is misuse (logged; aborts in --enable-debug builds). */
 void   vmt_put(struct vmt_reg *reg);
-void  *vmt_reg_handle(const struct vmt_reg *reg);   /* what ops->reg stored */
+void  *vmt_reg_handle(const struct vmt_reg *reg);   /* what ops->reg stored; NULL if reg is */
 void  *vmt_reg_addr(const struct vmt_reg *reg);     /* start of the registered range */
-size_t vmt_reg_len(const struct vmt_reg *reg);
-/* (Extension) The rights the registration was made with (a superset of what was asked). */
+size_t vmt_reg_len(const struct vmt_reg *reg);      /* its length; 0 if reg is NULL */
+/* The rights the registration was made with (a superset of what was asked). Since 0.1. */
 unsigned vmt_reg_access(const struct vmt_reg *reg);
 
 /* ---- maintenance ----------------------------------------------------------------------- */
-int vmt_invalidate(struct vmt_cache *cache, const void *addr, size_t len); /* manual event */
-int vmt_flush(struct vmt_cache *cache);    /* deregister every registration not in use */
+/* A manual event: the pages of [addr, addr+len) changed. Errors: -EINVAL (NULL cache, len 0). */
+int vmt_invalidate(struct vmt_cache *cache, const void *addr, size_t len);
+/* Deregister every registration not in use. Errors: -EINVAL (NULL cache). */
+int vmt_flush(struct vmt_cache *cache);
 
 struct vmt_stats {
     size_t   sz;
     uint64_t hits, misses, registrations, deregistrations, invalidations, evictions;
     uint64_t entries, bytes_registered;
-    /* (Extension) */
+    /* since 0.1 */
     uint64_t uncached;        /* registrations served without caching (pass mode, unwatchable) */
     uint64_t merges;          /* misses served by registering the union with cached ranges */
     uint64_t upgrades;        /* re-registrations for more access rights */
@@ -116,17 +180,44 @@ struct vmt_stats {
     uint64_t memo_hits;       /* hits answered from the memo, without walking the index */
     uint64_t memo_wraps;      /* times the memo was cleared because the retire count wrapped */
 };
+/* Fills the first stats->sz bytes (fields this library does not know read 0). Errors: -EINVAL
+ * (NULL, sz smaller than the original struct). */
 int vmt_stats_get(struct vmt_cache *cache, struct vmt_stats *stats);
 
 /* ---- address-space events for other caches (UCX, libfabric, Open MPI) ------------------ */
 /* Called for every range of this process's address space whose pages may have changed, in the
- * thread that caused it where the tracker can, before the change becomes visible. */
+ * thread that caused it where the tracker can, before the change becomes visible.
+ * It may run inside munmap(), free() or brk() with libc's locks held (hooks tracker), on a
+ * tracker's monitor thread (uffd), or in a thread calling vmt_get or vmt_flush (kmod), possibly
+ * with the cache's locks held: it must not allocate memory, call any vmtrack function, or take a
+ * lock that its own process may hold while allocating or calling vmtrack. Record the range (or
+ * mark what it covers) and act on it later, as UCX's and Open MPI's memory hooks do. */
 typedef void (*vmt_event_fn)(void *arg, const void *addr, size_t len);
+/* Errors: -EINVAL (NULL cache or fn), -EEXIST (this fn and arg already), -ENOSPC (too many). */
 int vmt_subscribe(struct vmt_cache *cache, vmt_event_fn fn, void *arg);
+/* Errors: -EINVAL (NULL cache), -ENOENT (not subscribed). */
 int vmt_unsubscribe(struct vmt_cache *cache, vmt_event_fn fn, void *arg);
 
-/* ---- (extension) diagnostics ----------------------------------------------------------- */
-const char *vmt_version(void);           /* "0.1.0" */
+/* ---- messages and errors (since 0.1) --------------------------------------------------- */
+enum {
+    VMT_LOG_LEVEL_ERROR = 0,  /* something is wrong and nobody was told by a return value */
+    VMT_LOG_LEVEL_WARN  = 1,  /* works, but not as configured (e.g. caching turned off) */
+    VMT_LOG_LEVEL_INFO  = 2,  /* why a call failed, beside the errno it returned */
+    VMT_LOG_LEVEL_DEBUG = 3,
+};
+/* Receives each message the log level lets through (default: warn and error): `line` is one
+ * message without a prefix or newline, valid only during the call. It can be called from any
+ * thread, rarely from inside munmap() or free() with libc's locks held: it should not allocate
+ * or call vmtrack (copy the line into a buffer of its own if it must). */
+typedef void (*vmt_log_fn)(void *arg, int level, const char *line);
+/* Route vmtrack's messages to fn (NULL: back to stderr, as "vmtrack: ..." lines). Returns 0. */
+int vmt_set_log_fn(vmt_log_fn fn, void *arg);
+/* The most detailed level that is delivered, to stderr or to the log function. VMTRACK_LOG sets
+ * it when the first cache is made; a call here overrides that for the rest of the process.
+ * Returns the level before, or -EINVAL for a level that is not VMT_LOG_LEVEL_*. */
+int vmt_set_log_level(int level);
+
+/* What a negative errno returned by vmtrack means, in one line (never NULL). */
 const char *vmt_strerror(int negative_errno);
 
 #ifdef __cplusplus

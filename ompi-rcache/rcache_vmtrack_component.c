@@ -252,7 +252,7 @@ static bool kmod_usable(void)
     /* Look before asking vmtrack, which logs why a tracker it was told to use is missing. */
     if (0 != access("/dev/vmtrack", R_OK | W_OK))
         return false;
-    struct vmt_cache_opts o = {.sz = sizeof(o), .tracker = "kmod"};
+    VMT_OPTS(vmt_cache_opts, o, .tracker = "kmod");
     struct vmt_cache *c = NULL;
     if (0 != vmt_cache_create(&o, &c))
         return false;

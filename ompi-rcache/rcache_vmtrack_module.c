@@ -318,7 +318,8 @@ static int vmt_ompi_invalidate_range(mca_rcache_base_module_t *rcache, void *bas
 static bool vmt_ompi_evict(mca_rcache_base_module_t *rcache)
 {
     (void) rcache;
-    struct vmt_stats before = {.sz = sizeof(before)}, after = {.sz = sizeof(after)};
+    VMT_OPTS(vmt_stats, before);
+    VMT_OPTS(vmt_stats, after);
     if (NULL == C.cache || 0 != vmt_stats_get(C.cache, &before))
         return false;
     (void) vmt_flush(C.cache);
@@ -349,7 +350,7 @@ static void vmt_ompi_finalize(mca_rcache_base_module_t *rcache)
 {
     mca_rcache_vmtrack_module_t *m = (mca_rcache_vmtrack_module_t *) rcache;
     if (C.print_stats) {
-        struct vmt_stats s = {.sz = sizeof(s)};
+        VMT_OPTS(vmt_stats, s);
         if (C.cache)
             (void) vmt_stats_get(C.cache, &s);
         opal_output(0, "rcache vmtrack: %s (%s, tracker %s): uncached register %llu "
@@ -425,12 +426,8 @@ mca_rcache_base_module_t *vmt_ompi_module_create(mca_rcache_base_resources_t *re
     pthread_mutex_lock(&C.lock);
     int rc = vmt_ompi_shared_cache(&m->mode, why, sizeof(why));
     if (0 == rc) {
-        struct vmt_device_ops ops = {
-            .sz = sizeof(ops),
-            .name = m->res.cache_name,
-            .reg = dev_reg,
-            .dereg = dev_dereg,
-        };
+        VMT_OPTS(vmt_device_ops, ops, .name = m->res.cache_name, .reg = dev_reg,
+                 .dereg = dev_dereg);
         rc = vmt_device_attach(C.cache, &ops, m, &m->dev);
         if (rc < 0)
             snprintf(why, sizeof(why), "vmt_device_attach: %s", vmt_strerror(rc));

@@ -9,6 +9,13 @@ test_test_cache_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
 # Every Check program here (some built only in the guest or with MPI/UCX) runs through it.
 EXTRA_DIST += test/check_run.h
 
+# The C ABI around the cache: versions, VMT_OPTS, larger structs, the log function, vmt_strerror.
+check_PROGRAMS += test/test_api
+TESTS += test/test_api
+test_test_api_SOURCES = test/test_api.c test/fake_device.h test/check_run.h
+test_test_api_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_api_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+
 # Tests of the user-space trackers: hooks and uffd, through the public API with a
 # counting fake device.
 check_PROGRAMS += test/test_hooks test/test_uffd test/test_hooks_engine
@@ -76,6 +83,6 @@ test_test_stress_SOURCES = test/test_stress.c
 test_test_stress_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS)
 test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -lpthread
 
-# The command line of `vmtrack check`.
-TESTS += test/check_cli.sh
-EXTRA_DIST += test/check_cli.sh doc/scenarios.md
+# The command line of `vmtrack check`; the library's exports against the public headers.
+TESTS += test/check_cli.sh test/check_exports.sh
+EXTRA_DIST += test/check_cli.sh test/check_exports.sh doc/scenarios.md

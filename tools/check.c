@@ -61,46 +61,6 @@ struct cell {
     int failed;
 };
 
-/* The vmtrack command links UCX (bench --compare-ucx), and UCX's libucm patches mmap & co. when
- * it is loaded, so vmtrack's own hooks tracker would find the entries taken and refuse. The
- * suite measures vmtrack's trackers, not that: re-run this command once with UCX's memory
- * hooks off. Returns only if it did not re-execute. */
-static void reexec_without_ucm(void)
-{
-    if (getenv("UCX_MEM_MMAP_HOOK_MODE") || getenv("VMT_CHECK_REEXEC"))
-        return;
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return;
-    char line[512];
-    int ucm = 0;
-    while (!ucm && fgets(line, sizeof(line), f))
-        ucm = strstr(line, "/libucm.so") != NULL;
-    fclose(f);
-    if (!ucm)
-        return;
-    f = fopen("/proc/self/cmdline", "r");
-    if (!f)
-        return;
-    static char buf[8192];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    if (n == 0 || n == sizeof(buf) - 1)
-        return;
-    buf[n] = 0;
-    char *args[256];
-    int na = 0;
-    for (char *p = buf; p < buf + n && na < 255; p += strlen(p) + 1)
-        args[na++] = p;
-    args[na] = NULL;
-    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
-    setenv("VMT_CHECK_REEXEC", "1", 1);
-    fflush(NULL);
-    execv("/proc/self/exe", args);
-    /* could not: go on, the hooks column will say why it is unavailable */
-}
-
 int vmtrack_cmd_check(int argc, char **argv)
 {
     const char *trackers[MAXSEL];
@@ -175,7 +135,6 @@ int vmtrack_cmd_check(int argc, char **argv)
             return 2;
         }
     }
-    reexec_without_ucm();
     if (ntr == 0)
         for (size_t k = 0; k < NTRACKERS; k++)
             trackers[ntr++] = kTrackers[k];

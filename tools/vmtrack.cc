@@ -10,7 +10,9 @@ static void usage(FILE *to)
 {
     fprintf(to,
             "usage: vmtrack COMMAND [OPTIONS]\n"
-            "  info   [--json]          version, tracker in use and why, devices, limits, environment\n"
+            "  info   [--json] [--measure]\n"
+            "                           version, tracker in use and why, devices, limits, environment;\n"
+            "                           --measure: what the tracker costs on unmapping and on a miss\n"
             "  bench  [--json] [--compare-ucx] [--quick] [--tracker NAME]\n"
             "                           hit and miss costs, thread scaling, memory per entry\n"
             "  check  [--json] [--tracker NAME]\n"

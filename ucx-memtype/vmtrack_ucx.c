@@ -285,12 +285,8 @@ static int init_locked(void)
         /* A private hooks cache (no subscriber: the shared cache already reports every unmap):
          * a vmt_get on it waits while an unmap of the range is in flight, which closes the
          * window between the event (before the system call) and the unmap itself. */
-        struct vmt_cache_opts o;
-        memset(&o, 0, sizeof(o));
-        o.sz = sizeof(o);
-        o.tracker = "hooks";
-        o.max_entries = (size_t)1 << 16;
-        o.max_bytes = SIZE_MAX / 4;
+        VMT_OPTS(vmt_cache_opts, o, .tracker = "hooks", .max_entries = (size_t)1 << 16,
+                 .max_bytes = SIZE_MAX / 4);
         ret = vmt_cache_create(&o, &g.scache);
         if (ret < 0) {
             set_off("cannot create the module's hooks cache (%s): UCX keeps its own hooks",
@@ -530,17 +526,12 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
         }
         atomic_store(&w->gen, atomic_load(&g.gen));
     } else {
-        struct vmt_cache_opts o;
         int ret;
         w->owns_wc = 1;
-        memset(&o, 0, sizeof(o));
-        o.sz = sizeof(o);
-        o.tracker = g.tracker;
         /* one entry per live UCX region, exactly its range; a do-nothing device pins
          * nothing, so RLIMIT_MEMLOCK must not bound it */
-        o.flags = VMT_CACHE_NO_MERGE;
-        o.max_entries = (size_t)1 << 20;
-        o.max_bytes = SIZE_MAX / 4;
+        VMT_OPTS(vmt_cache_opts, o, .tracker = g.tracker, .max_entries = (size_t)1 << 20,
+                 .max_bytes = SIZE_MAX / 4, .flags = VMT_CACHE_NO_MERGE);
         ret = vmt_cache_create(&o, &w->wc);
         if (ret == 0)
             ret = attach_watch_device(w);

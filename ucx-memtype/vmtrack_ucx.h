@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 enum vmt_ucx_mode {
-    VMT_UCX_OFF = 0,     /* not feeding UCX: UCX uses its own hooks (why: vmt_ucx_status) */
+    VMT_UCX_OFF = 0,     /* not feeding UCX: UCX uses its own hooks (why: vmt_ucx_mode) */
     VMT_UCX_SYNC = 1,    /* tracker reports every unmap before it happens (hooks) */
     VMT_UCX_WATCH = 2,   /* tracker reports watched ranges (kmod, uffd): regions are watched
                           * and checked on every hit */

@@ -70,7 +70,7 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     const char *name = opts ? opts->tracker : nullptr;
     int rc = select_tracker(name, c, &c->tracker_, &c->tracker_report_);
     if (rc < 0) {
-        VMT_LOG_ERROR("cannot create a cache with tracker \"%s\": %s", name ? name : "auto",
+        VMT_LOG_INFO("cannot create a cache with tracker \"%s\": %s", name ? name : "auto",
                       c->tracker_report_.c_str());
         delete c;
         return rc;

@@ -18,6 +18,8 @@
 #include <liburing.h>
 #include <vmtrack/iouring.h>
 
+#include "util/log.h"
+
 namespace {
 
 constexpr unsigned kMaxSlots = 16384;                 // IORING_MAX_REG_BUFFERS
@@ -82,7 +84,7 @@ void iou_dereg(void *ctxp, void *handle)
     RingCtx *ctx = static_cast<RingCtx *>(ctxp);
     uintptr_t h = reinterpret_cast<uintptr_t>(handle);
     if (h == 0 || h > ctx->slots) {
-        fprintf(stderr, "vmtrack: io_uring device: bad handle %p in dereg (ignored)\n", handle);
+        VMT_LOG_ERROR("io_uring device: bad handle %p in dereg (ignored)", handle);
         return;
     }
     uint32_t slot = uint32_t(h - 1);
@@ -92,8 +94,8 @@ void iou_dereg(void *ctxp, void *handle)
     if (ret != 1) {
         // The slot still holds the old buffer: do not hand it out again (a later update
         // would replace it anyway, but say so and keep the table consistent).
-        fprintf(stderr, "vmtrack: io_uring device: emptying fixed buffer %u failed: %s\n", slot,
-                strerror(ret < 0 ? -ret : EIO));
+        VMT_LOG_ERROR("io_uring device: emptying fixed buffer %u failed: %s", slot,
+                      strerror(ret < 0 ? -ret : EIO));
         return;
     }
     std::lock_guard<std::mutex> lk(ctx->mu);
@@ -166,13 +168,9 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
         for (unsigned i = 0; i < slots; i++)
             ctx->free_slots[i] = slots - 1 - i;
         ctx->nfree = slots;
-        memset(&ctx->ops, 0, sizeof(ctx->ops));
-        ctx->ops.sz = sizeof(ctx->ops);
-        ctx->ops.name = "io_uring";
-        ctx->ops.reg = iou_reg;
-        ctx->ops.dereg = iou_dereg;
-        ctx->ops.max_regions = slots;
-        ctx->ops.max_region_bytes = kMaxBufferBytes;
+        VMT_OPTS(vmt_device_ops, ops, .name = "io_uring", .reg = iou_reg, .dereg = iou_dereg,
+                 .max_regions = slots, .max_region_bytes = kMaxBufferBytes);
+        ctx->ops = ops;
         created = true;
     }
     int ret = vmt_device_attach(cache, &ctx->ops, ctx, out);
@@ -220,8 +218,8 @@ extern "C" void vmt_iouring_detach(struct vmt_device *dev)
         bool busy = ctx->nfree != ctx->slots;
         slk.unlock();
         if (busy)  // a registration not yet put (API misuse): keep the context for its dereg
-            fprintf(stderr, "vmtrack: io_uring device detached with %u fixed buffers still held\n",
-                    ctx->slots - ctx->nfree);
+            VMT_LOG_WARN("io_uring device detached with %u fixed buffers still held",
+                         ctx->slots - ctx->nfree);
         else
             free_ctx(ctx);
     }

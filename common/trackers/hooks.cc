@@ -9,14 +9,13 @@
 //  - the list of sinks is a fixed array readable without locks; removing a sink waits until no
 //    hook uses its slot;
 //  - reap() only for calls from the main program's own code, never from inside vmtrack
-//    (HooksGuard) or from a library (libc's malloc locks, a driver's locks).
-#include <algorithm>
+//    (t_depth: a hook that is already calling the caches) or from a library (libc's malloc
+//    locks, a driver's locks).
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,7 +28,6 @@
 
 #include <new>
 
-#include "trackers/hooks_guard.h"
 #include "trackers/hooks_patch.h"
 #include "util/log.h"
 #include "trackers/tracker.h"
@@ -69,6 +67,8 @@ void install_atfork() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 int g_trackers = 0;
 bool g_patched = false;
 
+// How deep this thread is in the hooks' own calls into the caches (begin/end): a munmap that a
+// cache or device makes from there is still reported, but does not reap (no re-entry).
 __thread int t_depth __attribute__((tls_model("initial-exec")));
 
 void **g_curbrk = nullptr;  // glibc's __curbrk
@@ -493,13 +493,6 @@ std::string interposers()
     return out;
 }
 
-double now_ns()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
 // Set once another patcher has written over one of our entries (UCX ucm or Open MPI loaded
 // after us): from then on changes may go unseen, so nothing more is cached.
 std::atomic<bool> g_overridden{false};
@@ -580,36 +573,8 @@ std::string HooksTracker::describe() const
              "any more with this tracker\n";
     else
         d += "conflicts: none (vmtrack is the only patcher of these entries)\n";
-    // cost: mmap+munmap of 64 KiB not held by the cache, through the hooks vs raw system
-    // calls: interleaved batches, median of the differences (system calls are noisy)
-    const size_t len = 64 << 10;
-    constexpr int kPairs = 21, kBatch = 50;
-    double diff[kPairs], hooked[kPairs];
-    for (int round = 0; round < kPairs; round++) {
-        double t0 = now_ns();
-        for (int i = 0; i < kBatch; i++) {
-            long p = syscall(SYS_mmap, 0, len, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            syscall(SYS_munmap, p, len);
-        }
-        double t1 = now_ns();
-        for (int i = 0; i < kBatch; i++) {
-            void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                           -1, 0);
-            munmap(p, len);
-        }
-        double t2 = now_ns();
-        hooked[round] = (t2 - t1) / kBatch;
-        diff[round] = hooked[round] - (t1 - t0) / kBatch;
-    }
-    std::sort(diff, diff + kPairs);
-    std::sort(hooked, hooked + kPairs);
-    char b[200];
-    snprintf(b, sizeof b,
-             "cost: mmap+munmap of 64 KiB not held by the cache %.0f ns, %+.0f ns vs raw system "
-             "calls (medians); no extra thread, no context switch\n",
-             hooked[kPairs / 2], diff[kPairs / 2]);
-    d += b;
+    d += "cost: the hooked call issues the system call itself, with no extra thread and no "
+         "context switch; `vmtrack info --measure` measures it\n";
     return d;
 }
 
@@ -624,10 +589,6 @@ __attribute__((destructor)) void hooks_unload()
 }
 
 }  // namespace
-
-void hooks_enter() noexcept { t_depth++; }
-void hooks_leave() noexcept { t_depth--; }
-bool hooks_inside() noexcept { return t_depth > 0; }
 
 int hooks_tracker_probe(std::string *why)
 {

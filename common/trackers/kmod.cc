@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -84,13 +83,6 @@ int open_device(int *fd_out, vmtrack_info *info, const std::atomic<uint32_t> **w
     }
     *fd_out = fd;
     return 0;
-}
-
-double now_us()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
 class KmodTracker final : public Tracker {
@@ -212,15 +204,6 @@ public:
              "own), before it completes; not mprotect (same pages)\n";
         d += "hit check: one load of the range's word, no system call; subscribers hear of "
              "changes on the next miss or vmt_flush (after the change)\n";
-        if (watch_us_ < 0 && fd_ >= 0)
-            measure();
-        if (watch_us_ >= 0) {
-            snprintf(b, sizeof b,
-                     "cost: watch + unwatch %.1f us per range; munmap of a watched 64 KiB range "
-                     "%.1f us vs %.1f us unwatched\n",
-                     watch_us_, unmap_watched_us_, unmap_plain_us_);
-            d += b;
-        }
         return d;
     }
 
@@ -235,51 +218,6 @@ private:
         fd_ = -1;
     }
 
-    // Costs for describe(), measured once on a private mapping; the sink may hear of
-    // ranges it never cached (harmless).
-    void measure() const
-    {
-        auto *self = const_cast<KmodTracker *>(this);
-        const size_t len = 64 << 10;
-        void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
-            return;
-        WatchToken t;
-        double t0 = now_us();
-        int n = 0;
-        for (; n < 200; n++) {
-            if (self->watch((uintptr_t)p, len, &t) != 0)
-                break;
-            self->unwatch((uintptr_t)p, len, t);
-        }
-        double tw = n ? (now_us() - t0) / n : 0;
-        munmap(p, len);
-        double sw = 0, sp = 0;
-        int nw = 0, np = 0;
-        for (int i = 0; i < 40; i++) {
-            p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED)
-                break;
-            memset(p, 1, len);
-            bool watched = (i & 1) && self->watch((uintptr_t)p, len, &t) == 0;
-            getppid();  // a system call between the watch and the timed munmap, both ways
-            t0 = now_us();
-            munmap(p, len);
-            double dt = now_us() - t0;
-            if (watched) {
-                self->unwatch((uintptr_t)p, len, t);
-                sw += dt;
-                nw++;
-            } else {
-                sp += dt;
-                np++;
-            }
-        }
-        self->watch_us_ = tw;
-        self->unmap_watched_us_ = nw ? sw / nw : 0;
-        self->unmap_plain_us_ = np ? sp / np : 0;
-    }
-
     TrackerSink *sink_;
     int fd_ = -1;
     vmtrack_info info_{};
@@ -287,7 +225,6 @@ private:
     std::atomic<uint64_t> events_{0};
     std::atomic<uint64_t> overflows_{0};
     std::atomic<bool> full_warned_{false};
-    double watch_us_ = -1, unmap_watched_us_ = 0, unmap_plain_us_ = 0;
 };
 
 }  // namespace

@@ -43,12 +43,6 @@ public:
 
 }  // namespace
 
-int none_tracker_probe(std::string *why)
-{
-    *why = "manual invalidation only (vmt_invalidate); used only when asked for by name";
-    return 0;
-}
-
 int none_tracker_create(TrackerSink *, std::unique_ptr<Tracker> *out, std::string *)
 {
     out->reset(new (std::nothrow) NoneTracker());

@@ -83,7 +83,9 @@ public:
     // without touching anything the parent still uses, and start tracking the child.
     virtual int after_fork_child() noexcept { return 0; }
 
-    // Human-readable details for `vmtrack info` (costs, limits, versions): lines "key: value".
+    // Human-readable facts for vmt_cache_tracker_report() and `vmtrack info` (mode, limits,
+    // versions, counters): lines "key: value". Reads state only; measuring is the caller's
+    // business (`vmtrack info --measure`), never done here.
     virtual std::string describe() const { return std::string(); }
 
     static const std::atomic<uint32_t> *always_valid_words() noexcept;
@@ -101,11 +103,10 @@ struct TrackerKind {
     TrackerFactory create;
 };
 
-// In the order "auto" tries them: kmod, hooks, uffd. Defined in tracker_select.cc.
+// In the order "auto" tries them: kmod, hooks, uffd. Defined in trackers/select.cc.
 extern const TrackerKind kAutoTrackers[];
 extern const size_t kAutoTrackerCount;
 
-int none_tracker_probe(std::string *why);
 int none_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int pass_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int hooks_tracker_probe(std::string *why);

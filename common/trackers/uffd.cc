@@ -11,7 +11,6 @@
 // cache serves them uncached). Without privilege the fd is UFFD_USER_MODE_ONLY: then a kernel
 // access (read(2) into the buffer) to a watched page that is not present fails with EFAULT
 // instead of waiting, so the plain mode is tried first.
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -147,12 +146,6 @@ private:
     size_t n_ = 0, cap_ = 0;
 
     std::atomic<uint64_t> events_{0}, faults_{0};
-    // Try UFFDIO_REGISTER_MODE_WP first? Off: with it the stress saw 1 stale write in 6 runs,
-    // and still 1 in 10 with the REMOVE wait (0 in 18 runs with MISSING). Not understood yet;
-    // kept for the Linux 6.1 io_uring case (doc/scenarios.md).
-    std::atomic<bool> wp_ok_{false};
-    std::atomic<uint64_t> missing_regs_{0};      // ranges that needed MISSING mode
-    mutable double unmap_watched_us_ = -1, unmap_plain_us_ = -1;
 };
 
 int UffdTracker::start(std::string *why)
@@ -440,26 +433,15 @@ int UffdTracker::watch(uintptr_t start, size_t len, WatchToken *token) noexcept
     }
     // Always register: an address we watched before may be a new mapping now (the kernel
     // dropped the old registration with the old mapping); registering twice is harmless.
-    // Write-protect mode where the kernel has it: the UNMAP/REMAP/REMOVE events come for any
-    // registered range whatever the mode, and since we never write-protect a page, no fault
-    // ever reaches the monitor (no round trip per first touch, no EFAULT for kernel accesses
-    // in user-mode-only mode, no SIGBUS when a device pins non-present pages without
-    // FAULT_FLAG_ALLOW_RETRY, as io_uring does on Linux 6.1). Else MISSING mode, whose faults
-    // the monitor serves with zero pages.
+    // MISSING mode: first touches of pages not present in the range go to the monitor, which
+    // fills them with zero pages. (Write-protect mode, never write-protecting anything, would
+    // spare those faults, but was seen stale under the stress: doc/trackers.md.)
     struct uffdio_register reg;
-    int rc = -1;
-    for (int attempt = wp_ok_.load(std::memory_order_relaxed) ? 0 : 1; attempt < 2 && rc < 0;
-         attempt++) {
-        memset(&reg, 0, sizeof reg);
-        reg.range.start = start;
-        reg.range.len = len;
-        reg.mode = attempt == 0 ? UFFDIO_REGISTER_MODE_WP : UFFDIO_REGISTER_MODE_MISSING;
-        rc = ioctl(uffd_, UFFDIO_REGISTER, &reg);
-        if (rc < 0 && attempt == 0 && errno != EINVAL)
-            break;  // EBUSY, ENOMEM...: MISSING would say the same
-    }
-    if (rc == 0 && reg.mode == UFFDIO_REGISTER_MODE_MISSING)
-        missing_regs_.fetch_add(1, std::memory_order_relaxed);
+    memset(&reg, 0, sizeof reg);
+    reg.range.start = start;
+    reg.range.len = len;
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    int rc = ioctl(uffd_, UFFDIO_REGISTER, &reg);
     if (rc < 0) {
         int e = errno;
         pthread_mutex_unlock(&mu_);
@@ -545,15 +527,8 @@ std::string UffdTracker::describe() const
               : "mode: userfaultfd (kernel-mode faults are served too)\n";
     d += "events: UNMAP REMAP REMOVE, read by one monitor thread that pauses hits while it "
          "invalidates\n";
-    if (!wp_ok_.load())
-        d += "registration: MISSING mode: first touches of pages not present in a cached range "
-             "are served by the monitor (zero page)\n";
-    else if (missing_regs_.load() == 0)
-        d += "registration: write-protect mode, nothing ever write-protected: no page fault "
-             "reaches the monitor\n";
-    else
-        d += "registration: MISSING mode for some ranges (the kernel refused write-protect "
-             "mode there): their first touches go through the monitor\n";
+    d += "registration: MISSING mode: first touches of pages not present in a cached range "
+         "are served by the monitor (zero page)\n";
     d += "catches: munmap, mremap, madvise(DONTNEED/FREE/REMOVE), mmap(MAP_FIXED) over, brk "
          "shrink, free()/realloc inside libc, raw system calls\n";
     d += "misses: shmat(SHM_REMAP) over a cached range (no event from the kernel); cannot "
@@ -566,43 +541,8 @@ std::string UffdTracker::describe() const
     snprintf(b, sizeof b, "watched ranges: %zu; events read: %llu; page faults served: %llu\n",
              n, (unsigned long long)events_.load(), (unsigned long long)faults_.load());
     d += b;
-    if (unmap_watched_us_ < 0) {
-        // munmap of a watched 64 KiB range vs an unwatched one (the unmapping thread waits
-        // for the monitor to read the event). The sink sees invalidations of ranges it does
-        // not hold: harmless.
-        auto *self = const_cast<UffdTracker *>(this);
-        const size_t len = 64 << 10;
-        constexpr int kRounds = 41;
-        double tw[kRounds], tp[kRounds];
-        int nw = 0, np = 0;
-        for (int i = 0; i < 2 * kRounds; i++) {
-            void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                           -1, 0);
-            if (p == MAP_FAILED)
-                break;
-            memset(p, 1, len);
-            WatchToken t;
-            bool watched = (i & 1) && self->watch((uintptr_t)p, len, &t) == 0;
-            double t0 = now_ns();
-            munmap(p, len);
-            double dt = now_ns() - t0;
-            if (watched) {
-                self->unwatch((uintptr_t)p, len, t);
-                tw[nw++] = dt;
-            } else if (np < kRounds) {
-                tp[np++] = dt;
-            }
-        }
-        std::sort(tw, tw + nw);
-        std::sort(tp, tp + np);
-        unmap_watched_us_ = nw ? tw[nw / 2] / 1000 : 0;  // medians
-        unmap_plain_us_ = np ? tp[np / 2] / 1000 : 0;
-    }
-    snprintf(b, sizeof b,
-             "cost: munmap of a watched 64 KiB range %.1f us vs %.1f us unwatched (medians; the "
-             "unmapping thread waits for the monitor); unwatched memory: no cost\n",
-             unmap_watched_us_, unmap_plain_us_);
-    d += b;
+    d += "cost: each munmap of a watched range waits for the monitor thread to read the "
+         "event; unwatched memory costs nothing (`vmtrack info --measure` measures it)\n";
     return d;
 }
 

@@ -134,17 +134,4 @@ int env_parse(EnvConfig *cfg, std::string *error)
     return 0;
 }
 
-std::string env_describe()
-{
-    std::string out;
-    for (const Known &k : kKnown) {
-        const char *v = getenv(k.name);
-        out += k.name;
-        out += "=";
-        out += v ? v : "(unset)";
-        out += "\n";
-    }
-    return out;
-}
-
 }  // namespace vmt

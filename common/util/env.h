@@ -23,9 +23,6 @@ int env_parse(EnvConfig *cfg, std::string *error);
 // Parses "123", "64K", "2M", "1G" (powers of 1024). 0 or -EINVAL.
 int parse_size(const char *text, size_t *out);
 
-// The variables vmtrack reads, with their effective values, one per line (for `vmtrack info`).
-std::string env_describe();
-
 }  // namespace vmt
 
 #endif

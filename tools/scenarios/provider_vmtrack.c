@@ -27,37 +27,35 @@ static int tracker_unavailable(int ret)
            ret == -EACCES || ret == -ENOENT || ret == -EBUSY;
 }
 
-/* vmt_cache_create with the tracker's name, with what the core says on stderr caught: when the
+/* Where create_explained puts the core's reason. */
+struct reason {
+    char *why;
+    size_t whylen;
+};
+
+static void keep_reason(void *arg, int level, const char *line)
+{
+    struct reason *r = arg;
+    const char *u = strstr(line, "unavailable: ");
+    if (u && r->whylen && !r->why[0]) {
+        u += 13;
+        snprintf(r->why, r->whylen, "%s", u);
+    }
+    if (level <= VMT_LOG_LEVEL_WARN)  /* not an explanation: let it be seen */
+        fprintf(stderr, "vmtrack: %s\n", line);
+}
+
+/* vmt_cache_create with the tracker's name, listening to what the core explains: when the
  * tracker cannot be used, the core's one-line reason ("kmod: unavailable: ...") goes to why. */
 static int create_explained(const struct vmt_cache_opts *o, struct vmt_cache **c, char *why,
                             size_t whylen)
 {
-    int saved = dup(2);
-    int tmp = scn_tmpfile();
-    if (saved < 0 || tmp < 0 || dup2(tmp, 2) < 0) {
-        if (saved >= 0)
-            close(saved);
-        if (tmp >= 0)
-            close(tmp);
-        return vmt_cache_create(o, c);
-    }
+    struct reason r = {why, whylen};
+    int level = vmt_set_log_level(VMT_LOG_LEVEL_INFO);
+    vmt_set_log_fn(keep_reason, &r);
     int ret = vmt_cache_create(o, c);
-    dup2(saved, 2);
-    close(saved);
-    char msg[1024];
-    ssize_t n = pread(tmp, msg, sizeof(msg) - 1, 0);
-    close(tmp);
-    if (ret == 0 || n <= 0) {
-        if (n > 0)  /* not an error after all: let it be seen */
-            fprintf(stderr, "%.*s", (int)n, msg);
-        return ret;
-    }
-    msg[n] = 0;
-    const char *r = strstr(msg, "unavailable: ");
-    r = r ? r + 13 : msg;
-    size_t len = strcspn(r, "\n");
-    if (len)
-        snprintf(why, whylen, "%.*s", (int)len, r);
+    vmt_set_log_fn(NULL, NULL);
+    vmt_set_log_level(level);
     return ret;
 }
 
@@ -75,14 +73,11 @@ static int vp_setup(void **ctx, struct io_uring *ring, const char *variant, char
     struct vprov *v = calloc(1, sizeof(*v));
     if (!v)
         return -ENOMEM;
-    struct vmt_cache_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sz = sizeof(o);
-    o.tracker = variant;
+    VMT_OPTS(vmt_cache_opts, o, .tracker = variant);
     if (whylen)
         why[0] = 0;
     /* Plainly first, so that whatever goes wrong inside (a crash) is seen on stderr; only a
-     * tracker that is not available is asked again, quietly, for the core's reason. */
+     * tracker that is not available is asked again, listening, for the core's reason. */
     int ret = vmt_cache_create(&o, &v->cache);
     if (ret < 0 && tracker_unavailable(ret)) {
         struct vmt_cache *again = NULL;
