@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "scenarios/scenario.h"
-#include "check_run.h"
+#include "lib/check_run.h"
 
 static int g_ran_trackers;
 

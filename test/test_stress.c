@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "scenarios/scenario.h"
-#include "check_run.h"
+#include "lib/check_run.h"
 
 static void stress(const char *tracker)
 {
