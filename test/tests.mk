@@ -11,6 +11,7 @@ test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
 test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_LDADD = test/lib/libvmttest.la libvmtrack.la $(CHECK_LIBS) -lpthread
+EXTRA_DIST += test/README.md
 
 # The core cache against the fake device, one feature per program (test/test_cache_<feature>.c).
 CACHE_TESTS = test/test_cache_lookup test/test_cache_misuse test/test_cache_evict \
@@ -103,17 +104,61 @@ test_test_twolib_CFLAGS = $(TEST_CFLAGS)
 test_test_twolib_LDADD = $(TEST_LDADD) $(URING_LIBS) -ldl
 EXTRA_test_test_twolib_DEPENDENCIES = test/libtwolib_a.la test/libtwolib_b.la
 
-# The scenario suite (tools/scenarios/) and its concurrency stress.
-check_PROGRAMS += test/test_scenarios test/test_stress
-TESTS += test/test_scenarios test/test_stress
-test_test_scenarios_SOURCES = test/test_scenarios.c
-test_test_scenarios_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
-test_test_scenarios_CFLAGS = $(TEST_CFLAGS)
-test_test_scenarios_LDADD = libscenarios.la $(TEST_LDADD) $(URING_LIBS)
-test_test_stress_SOURCES = test/test_stress.c
-test_test_stress_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
-test_test_stress_CFLAGS = $(TEST_CFLAGS)
-test_test_stress_LDADD = libscenarios.la $(TEST_LDADD) $(URING_LIBS)
+# The scenario suite (tools/scenarios/) and its concurrency stress, one program per tracker
+# from one source each (TRACKER; "none" is the positive control), so that a tracker not
+# available here is a skipped program; and the harness itself.
+SCENARIO_TESTS = test/test_scenario_harness \
+	test/test_scenarios_kmod test/test_scenarios_hooks test/test_scenarios_uffd \
+	test/test_scenarios_pass test/test_scenarios_none \
+	test/test_stress_kmod test/test_stress_hooks test/test_stress_uffd test/test_stress_pass \
+	test/test_stress_none
+check_PROGRAMS += $(SCENARIO_TESTS)
+TESTS += $(SCENARIO_TESTS)
+SCENARIO_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+SCENARIO_LDADD = libscenarios.la $(TEST_LDADD) $(URING_LIBS)
+test_test_scenario_harness_CPPFLAGS = $(SCENARIO_CPPFLAGS)
+test_test_scenario_harness_CFLAGS = $(TEST_CFLAGS)
+test_test_scenario_harness_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_kmod_SOURCES = test/test_scenarios.c
+test_test_scenarios_kmod_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"kmod"'
+test_test_scenarios_kmod_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_kmod_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_hooks_SOURCES = test/test_scenarios.c
+test_test_scenarios_hooks_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"hooks"'
+test_test_scenarios_hooks_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_hooks_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_uffd_SOURCES = test/test_scenarios.c
+test_test_scenarios_uffd_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"uffd"'
+test_test_scenarios_uffd_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_uffd_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_pass_SOURCES = test/test_scenarios.c
+test_test_scenarios_pass_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"pass"'
+test_test_scenarios_pass_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_pass_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_none_SOURCES = test/test_scenarios.c
+test_test_scenarios_none_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"none"'
+test_test_scenarios_none_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_none_LDADD = $(SCENARIO_LDADD)
+test_test_stress_kmod_SOURCES = test/test_stress.c
+test_test_stress_kmod_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"kmod"'
+test_test_stress_kmod_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_kmod_LDADD = $(SCENARIO_LDADD)
+test_test_stress_hooks_SOURCES = test/test_stress.c
+test_test_stress_hooks_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"hooks"'
+test_test_stress_hooks_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_hooks_LDADD = $(SCENARIO_LDADD)
+test_test_stress_uffd_SOURCES = test/test_stress.c
+test_test_stress_uffd_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"uffd"'
+test_test_stress_uffd_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_uffd_LDADD = $(SCENARIO_LDADD)
+test_test_stress_pass_SOURCES = test/test_stress.c
+test_test_stress_pass_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"pass"'
+test_test_stress_pass_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_pass_LDADD = $(SCENARIO_LDADD)
+test_test_stress_none_SOURCES = test/test_stress.c
+test_test_stress_none_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"none"'
+test_test_stress_none_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_none_LDADD = $(SCENARIO_LDADD)
 
 # The command line of `vmtrack check`.
 TESTS += test/check_cli.sh
