@@ -23,7 +23,7 @@ START_TEST(pass_mode_caches_nothing)
     struct fixture fx;
     fixture_open(&fx, "pass", 0);
     ck_assert_str_eq(vmt_cache_tracker(fx.cache), "pass");
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     struct vmt_reg *b = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     ck_assert_int_eq(atomic_load(&fx.fake.regs), 2);

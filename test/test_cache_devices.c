@@ -23,7 +23,7 @@ START_TEST(attach_twice_shares)
     struct vmt_device *again = NULL;
     ck_assert_int_eq(vmt_device_attach(fx.cache, &fx.fake.ops, &fx.fake, &again), 0);
     ck_assert_ptr_eq(again, fx.dev);
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     vmt_put(get_ok(fx.dev, buf, page, VMT_ACCESS_READ));
     vmt_put(get_ok(again, buf, page, VMT_ACCESS_READ));
     ck_assert_int_eq(atomic_load(&fx.fake.regs), 1);

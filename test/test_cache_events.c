@@ -37,7 +37,7 @@ START_TEST(subscribers)
     ck_assert_int_eq(vmt_subscribe(fx.cache, on_event, &log), 0);
     ck_assert_int_eq(vmt_subscribe(fx.cache, on_event, &log), -EEXIST);
     ck_assert_int_eq(vmt_subscribe(fx.cache, NULL, &log), -EINVAL);
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     ck_assert_int_eq(vmt_invalidate(fx.cache, buf, 123), 0);
     ck_assert_int_eq(log.calls, 1);
     ck_assert_ptr_eq(log.addr, buf);

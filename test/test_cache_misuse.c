@@ -70,7 +70,7 @@ static void double_put(void)
 {
     struct fixture fx;
     fixture_open(&fx, "none", 0);
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     vmt_put(a);
     vmt_put(a);
@@ -88,7 +88,7 @@ static void put_after_detach(void)
 {
     struct fixture fx;
     fixture_open(&fx, "none", 0);
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     vmt_device_detach(fx.dev);
     if (atomic_load(&fx.fake.live) != 0)
@@ -104,7 +104,7 @@ static void put_of_a_pointer_inside_a_registration(void)
 {
     struct fixture fx;
     fixture_open(&fx, "none", 0);
-    char *buf = map_anon(1 * page);
+    char *buf = map_anon(page);
     struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     struct vmt_reg *again = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
     if (again != a)

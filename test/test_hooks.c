@@ -73,23 +73,38 @@ START_TEST(unpatch_restores_libc)
 }
 END_TEST
 
-/* What another patcher (UCX ucm, Open MPI) leaves at an entry: movabs $target,%r11; jmp *%r11. */
+/* Writes n bytes over libc's munmap entry `f` (its page made writable for the copy). */
+static void write_entry(unsigned char *f, const void *bytes, size_t n)
+{
+    uintptr_t code_page = (uintptr_t)f & ~4095ul;
+    ck_assert_int_eq(mprotect((void *)code_page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    memcpy(f, bytes, n);
+    ck_assert_int_eq(mprotect((void *)code_page, 8192, PROT_READ | PROT_EXEC), 0);
+}
+
+/* Where another patcher's entry patch leads. */
 static int foreign_munmap(void *addr, size_t len)
 {
     return (int)syscall(SYS_munmap, addr, len);
 }
 
+/* Writes what another patcher (UCX ucm, Open MPI) leaves at an entry over `f`: movabs
+ * $target,%r11; jmp *%r11 (the bytes also go to code[], to compare with later). */
+static void write_foreign_patch(unsigned char *f, unsigned char code[13])
+{
+    static const unsigned char movabs_jmp[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                 0x41, 0xff, 0xe3};
+    void *target = (void *)foreign_munmap;
+    memcpy(code, movabs_jmp, sizeof movabs_jmp);
+    memcpy(code + 2, &target, 8);
+    write_entry(f, code, 13);
+}
+
 START_TEST(refuses_a_foreign_patch)
 {
-    unsigned char *f = libc_munmap(), saved[16];
+    unsigned char *f = libc_munmap(), saved[16], code[13];
     memcpy(saved, f, 16);
-    uintptr_t page = (uintptr_t)f & ~4095ul;
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
-    void *target = (void *)foreign_munmap;
-    memcpy(code + 2, &target, 8);
-    memcpy(f, code, sizeof code);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_foreign_patch(f, code);
 
     struct fixture e;
     int rc = fixture_try_open(&e, "hooks", 0);
@@ -107,9 +122,7 @@ START_TEST(refuses_a_foreign_patch)
     /* our bytes were not written: the foreign patch is intact */
     ck_assert_int_eq(memcmp(f, code, sizeof code), 0);
 
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    memcpy(f, saved, 16);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_entry(f, saved, 16);
     ck_assert_int_eq(fixture_try_open(&e, "hooks", 0), 0);
     fixture_close(&e);
 }
@@ -123,15 +136,9 @@ START_TEST(overwritten_patch_drops_everything)
     tracker_open(&e);
     void *p = map_filled(MB, 0x5a), *q = map_filled(MB, 0x5a);
     cache_it(&e, p, MB, NULL);
-    unsigned char *f = libc_munmap(), ours[16];
+    unsigned char *f = libc_munmap(), ours[16], code[13];
     memcpy(ours, f, 16);
-    uintptr_t page = (uintptr_t)f & ~4095ul;
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
-    void *target = (void *)foreign_munmap;
-    memcpy(code + 2, &target, 8);
-    memcpy(f, code, sizeof code);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_foreign_patch(f, code);
 
     struct vmt_reg *r;
     ck_assert_int_eq(vmt_get(e.dev, q, MB, VMT_ACCESS_READ, &r), 0);
@@ -142,9 +149,7 @@ START_TEST(overwritten_patch_drops_everything)
     struct fixture e2;
     ck_assert_int_eq(fixture_try_open(&e2, "hooks", 0), -EBUSY); /* no new hooks caches either */
 
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    memcpy(f, ours, 16);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_entry(f, ours, 16);
     munmap(p, MB);
     munmap(q, MB);
     fixture_close(&e);
@@ -222,9 +227,7 @@ END_TEST
 START_TEST(change_shmat_remap)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     int id = shmget(IPC_PRIVATE, MB, IPC_CREAT | 0600);
     ck_assert_int_ge(id, 0);
     void *s = shmat(id, p, SHM_REMAP);
@@ -403,16 +406,13 @@ int main(void)
     int rc = skip_unless_tracker("test_hooks", tracker_under_test);
     if (rc)
         return rc;
-    Suite *s = suite_create("hooks tracker");
-    TCase *tc = tcase_create("changes");
-    tcase_set_timeout(tc, 60);
-    tracker_changes_add(tc);
+    TCase *tc;
+    Suite *s = tracker_changes_suite(&tc);
     tcase_add_test(tc, change_brk_shrink);
     tcase_add_test(tc, change_shmat_remap);
     tcase_add_test(tc, errno_preserved);
     tcase_add_test(tc, get_during_unmap);
     tcase_add_test(tc, unmap_races_a_miss);
-    suite_add_tcase(s, tc);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, auto_reports_hooks_available);

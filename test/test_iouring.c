@@ -70,50 +70,64 @@ static int roundtrip(struct vmt_device *dev, struct io_uring *ring, int fd, void
     return idx;
 }
 
+/* A ring of `entries`, a cache on `tracker` and the ring attached to it with `slots` slots. */
+struct ring_fixture {
+    struct io_uring ring;
+    struct vmt_cache *c;
+    struct vmt_device *dev;
+};
+
+static void ring_open(struct ring_fixture *r, unsigned entries, const char *tracker,
+                      unsigned slots)
+{
+    ck_assert_int_eq(io_uring_queue_init(entries, &r->ring, 0), 0);
+    r->c = cache_open(tracker);
+    ck_assert_int_eq(vmt_iouring_attach(r->c, &r->ring, slots, &r->dev), 0);
+}
+
+static void ring_close(struct ring_fixture *r)
+{
+    vmt_iouring_detach(r->dev);
+    vmt_cache_destroy(r->c);
+    io_uring_queue_exit(&r->ring);
+}
+
 START_TEST(write_fixed_reaches_file)
 {
-    struct io_uring ring;
-    ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
-    struct vmt_cache *c = cache_open("none");
-    struct vmt_device *dev;
-    ck_assert_int_eq(vmt_iouring_attach(c, &ring, 64, &dev), 0);
+    struct ring_fixture r;
+    ring_open(&r, 8, "none", 64);
     int fd = tmpfd();
 
     size_t len = 256 * 1024;
     unsigned char *buf = map_anon(len);
-    int idx1 = roundtrip(dev, &ring, fd, buf, len, 1);
+    int idx1 = roundtrip(r.dev, &r.ring, fd, buf, len, 1);
     /* A second get of the same range is a hit: same fixed buffer, new bytes still arrive. */
-    int idx2 = roundtrip(dev, &ring, fd, buf, len, 2);
+    int idx2 = roundtrip(r.dev, &r.ring, fd, buf, len, 2);
     ck_assert_int_eq(idx1, idx2);
     /* A sub-range that is not page aligned, inside the cached registration. */
-    int idx3 = roundtrip(dev, &ring, fd, buf + 1000, 5000, 3);
+    int idx3 = roundtrip(r.dev, &r.ring, fd, buf + 1000, 5000, 3);
     ck_assert_int_eq(idx1, idx3);
-    struct vmt_stats s = stats_of(c);
+    struct vmt_stats s = stats_of(r.c);
     ck_assert_uint_eq(s.registrations, 1);
     ck_assert_uint_ge(s.hits, 2);
 
     /* A malloc'd buffer that is not page aligned. */
     unsigned char *m = malloc(100000);
     ck_assert_ptr_nonnull(m);
-    roundtrip(dev, &ring, fd, m + 3, 99990, 4);
+    roundtrip(r.dev, &r.ring, fd, m + 3, 99990, 4);
     free(m);
 
-    vmt_iouring_detach(dev);
-    vmt_cache_destroy(c);
     munmap(buf, len);
     close(fd);
-    io_uring_queue_exit(&ring);
+    ring_close(&r);
 }
 END_TEST
 
 START_TEST(slot_exhaustion)
 {
-    struct io_uring ring;
-    ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
-    struct vmt_cache *c = cache_open("none");
-    struct vmt_device *dev;
     enum { SLOTS = 4 };
-    ck_assert_int_eq(vmt_iouring_attach(c, &ring, SLOTS, &dev), 0);
+    struct ring_fixture r;
+    ring_open(&r, 8, "none", SLOTS);
     int fd = tmpfd();
     size_t len = 64 * 1024;
     /* Separate mappings with a hole between them so that the cache cannot merge them. */
@@ -127,29 +141,27 @@ START_TEST(slot_exhaustion)
     /* Hold every slot: the next registration has nothing to evict. */
     int seen[SLOTS] = {0};
     for (int i = 0; i < SLOTS; i++) {
-        ck_assert_int_eq(vmt_get(dev, bufs[i], len, VMT_ACCESS_READ, &regs[i]), 0);
+        ck_assert_int_eq(vmt_get(r.dev, bufs[i], len, VMT_ACCESS_READ, &regs[i]), 0);
         int idx = vmt_iouring_index(regs[i]);
         ck_assert_int_ge(idx, 0);
         ck_assert_int_lt(idx, SLOTS);
         ck_assert_int_eq(seen[idx], 0);
         seen[idx] = 1;
     }
-    int ret = vmt_get(dev, bufs[SLOTS], len, VMT_ACCESS_READ, &regs[SLOTS]);
+    int ret = vmt_get(r.dev, bufs[SLOTS], len, VMT_ACCESS_READ, &regs[SLOTS]);
     ck_assert_msg(ret == -ENOSPC, "every slot held: expected -ENOSPC, got %d", ret);
     /* Release them (still cached): the next registration evicts one and succeeds. */
     for (int i = 0; i < SLOTS; i++)
         vmt_put(regs[i]);
-    int idx = roundtrip(dev, &ring, fd, bufs[SLOTS], len, 9);
+    int idx = roundtrip(r.dev, &r.ring, fd, bufs[SLOTS], len, 9);
     ck_assert_int_lt(idx, SLOTS);
-    struct vmt_stats s = stats_of(c);
+    struct vmt_stats s = stats_of(r.c);
     ck_assert_uint_ge(s.evictions, 1);
     ck_assert_uint_le(s.entries, SLOTS);
     /* An evicted buffer registers again, into some free slot, and its data is right. */
-    roundtrip(dev, &ring, fd, bufs[0], len, 10);
-    vmt_iouring_detach(dev);
-    vmt_cache_destroy(c);
+    roundtrip(r.dev, &r.ring, fd, bufs[0], len, 10);
     close(fd);
-    io_uring_queue_exit(&ring);
+    ring_close(&r);
 }
 END_TEST
 
@@ -249,11 +261,8 @@ START_TEST(untouched_memory_reads_zeros)
 {
     const char *tracker = untouched_trackers[_i];
     int fd = tmpfd();
-    struct vmt_cache *c = cache_open(tracker);
-    struct io_uring ring;
-    ck_assert_int_eq(io_uring_queue_init(4, &ring, 0), 0);
-    struct vmt_device *dev;
-    ck_assert_int_eq(vmt_iouring_attach(c, &ring, 8, &dev), 0);
+    struct ring_fixture r;
+    ring_open(&r, 4, tracker, 8);
     size_t len = 64 * 1024;
     unsigned char *p = map_anon(len);
     for (int round = 0; round < 2; round++) {
@@ -262,10 +271,10 @@ START_TEST(untouched_memory_reads_zeros)
             ck_assert_int_eq(madvise(p, len, MADV_DONTNEED), 0);
         }
         struct vmt_reg *reg;
-        int ret = vmt_get(dev, p, len, VMT_ACCESS_READ, &reg);
+        int ret = vmt_get(r.dev, p, len, VMT_ACCESS_READ, &reg);
         ck_assert_msg(ret == 0, "tracker %s: vmt_get of %s memory: %s", tracker,
                       round ? "MADV_DONTNEED'd" : "untouched", strerror(-ret));
-        ck_assert_int_eq(write_fixed(&ring, fd, p, len, vmt_iouring_index(reg), 0), (int)len);
+        ck_assert_int_eq(write_fixed(&r.ring, fd, p, len, vmt_iouring_index(reg), 0), (int)len);
         vmt_put(reg);
         unsigned char back[4096];
         ck_assert_int_eq(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
@@ -275,9 +284,7 @@ START_TEST(untouched_memory_reads_zeros)
     }
     printf("untouched memory: tracker %s: ok\n", tracker);
     fflush(stdout);
-    vmt_iouring_detach(dev);
-    vmt_cache_destroy(c);
-    io_uring_queue_exit(&ring);
+    ring_close(&r);
     munmap(p, len);
     close(fd);
 }
@@ -364,11 +371,8 @@ static void *slot_thread(void *arg)
 
 START_TEST(slot_allocator_threads)
 {
-    struct io_uring ring;
-    ck_assert_int_eq(io_uring_queue_init(64, &ring, 0), 0);
-    struct vmt_cache *c = cache_open("none");
-    struct vmt_device *dev;
-    ck_assert_int_eq(vmt_iouring_attach(c, &ring, TH_SLOTS, &dev), 0);
+    struct ring_fixture r;
+    ring_open(&r, 64, "none", TH_SLOTS);
     for (int t = 0; t < TH; t++)
         for (int b = 0; b < TH_BUFS; b++) {
             /* one mapping each, with a hole after it, so that nothing merges */
@@ -379,7 +383,7 @@ START_TEST(slot_allocator_threads)
     pthread_t th[TH];
     struct tharg args[TH];
     for (int t = 0; t < TH; t++) {
-        args[t].dev = dev;
+        args[t].dev = r.dev;
         args[t].id = t;
         args[t].failures = 0;
         ck_assert_int_eq(pthread_create(&th[t], NULL, slot_thread, &args[t]), 0);
@@ -393,11 +397,12 @@ START_TEST(slot_allocator_threads)
     int fd = tmpfd();
     for (int t = 0; t < TH; t++)
         for (int b = 0; b < TH_BUFS; b++)
-            roundtrip(dev, &ring, fd, g_bufs[t][b], g_len, (unsigned)(t * 10 + b));
+            roundtrip(r.dev, &r.ring, fd, g_bufs[t][b], g_len, (unsigned)(t * 10 + b));
     struct vmt_reg *held[TH_SLOTS];
     int seen[TH_SLOTS] = {0};
     for (int i = 0; i < TH_SLOTS; i++) {
-        ck_assert_int_eq(vmt_get(dev, g_bufs[i % TH][i / TH], g_len, VMT_ACCESS_READ, &held[i]), 0);
+        ck_assert_int_eq(vmt_get(r.dev, g_bufs[i % TH][i / TH], g_len, VMT_ACCESS_READ, &held[i]),
+                         0);
         int idx = vmt_iouring_index(held[i]);
         ck_assert_int_ge(idx, 0);
         ck_assert_int_lt(idx, TH_SLOTS);
@@ -406,12 +411,10 @@ START_TEST(slot_allocator_threads)
     }
     for (int i = 0; i < TH_SLOTS; i++)
         vmt_put(held[i]);
-    struct vmt_stats s = stats_of(c);
+    struct vmt_stats s = stats_of(r.c);
     ck_assert_uint_ge(s.evictions, 1);
-    vmt_iouring_detach(dev);
-    vmt_cache_destroy(c);
     close(fd);
-    io_uring_queue_exit(&ring);
+    ring_close(&r);
 }
 END_TEST
 

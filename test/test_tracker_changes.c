@@ -32,6 +32,14 @@ void tracker_open(struct fixture *fx)
     fixture_open(fx, TRACKER, 0);
 }
 
+char *tracker_open_cached(struct fixture *fx, size_t len)
+{
+    tracker_open(fx);
+    char *p = map_filled(len, 0x5a);
+    cache_it(fx, p, len, NULL);
+    return p;
+}
+
 void cache_it(struct fixture *fx, void *p, size_t len, struct vmt_reg **held)
 {
     struct vmt_reg *r;
@@ -114,9 +122,7 @@ END_TEST
 START_TEST(change_mremap)
 {
     struct fixture e;
-    tracker_open(&e);
-    void *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    void *p = tracker_open_cached(&e, MB);
     void *q = mremap(p, MB, 64 * MB, MREMAP_MAYMOVE);
     ck_assert_ptr_ne(q, MAP_FAILED);
     assert_dropped(&e, "mremap");
@@ -128,9 +134,7 @@ END_TEST
 START_TEST(change_madvise_dontneed)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     ck_assert_int_eq(madvise(p + 64 * 1024, 4096, MADV_WILLNEED), 0);
     assert_kept(&e, "madvise(WILLNEED)");
     ck_assert_int_eq(madvise(p + 64 * 1024, 4096, MADV_DONTNEED), 0);
@@ -146,9 +150,7 @@ END_TEST
 START_TEST(change_map_fixed)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     void *q = mmap(p + 8192, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                    -1, 0);
     ck_assert_ptr_eq(q, p + 8192);
@@ -161,9 +163,7 @@ END_TEST
 START_TEST(no_change_unrelated_mmap)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     for (int i = 0; i < 10; i++) {
         void *q = map_filled(MB, 0x5a);
         munmap(q, MB);
@@ -224,9 +224,7 @@ END_TEST
 START_TEST(change_raw_munmap)
 {
     struct fixture e;
-    tracker_open(&e);
-    void *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    void *p = tracker_open_cached(&e, MB);
     ck_assert_int_eq(syscall(SYS_munmap, p, MB), 0);
     if (strcmp(tracker_under_test, "hooks") == 0) {
         /* documented miss: a raw system call bypasses libc */
@@ -241,9 +239,7 @@ END_TEST
 START_TEST(change_madvise_free)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     ck_assert_int_eq(madvise(p, 16 * 4096, MADV_FREE), 0);
     assert_dropped(&e, "madvise(FREE)");
     munmap(p, MB);
@@ -291,9 +287,7 @@ END_TEST
 START_TEST(fork_child_tracks_itself)
 {
     struct fixture e;
-    tracker_open(&e);
-    void *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    void *p = tracker_open_cached(&e, MB);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -363,9 +357,7 @@ START_TEST(start_under_load)
         ck_assert_int_eq(pthread_create(&th[i], NULL, churn, NULL), 0);
     for (int round = 0; round < 20; round++) {
         struct fixture e;
-        tracker_open(&e);
-        void *p = map_filled(MB, 0x5a);
-        cache_it(&e, p, MB, NULL);
+        void *p = tracker_open_cached(&e, MB);
         munmap(p, MB);
         assert_dropped(&e, "munmap under load");
         fixture_close(&e);
@@ -405,7 +397,7 @@ START_TEST(two_caches_both_hear)
 }
 END_TEST
 
-void tracker_changes_add(TCase *tc)
+static void tracker_changes_add(TCase *tc)
 {
     tcase_add_test(tc, change_munmap);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -429,3 +421,15 @@ void tracker_changes_add(TCase *tc)
     tcase_add_test(tc, two_caches_both_hear);
 }
 
+
+Suite *tracker_changes_suite(TCase **changes)
+{
+    Suite *s = suite_create(TRACKER " tracker");
+    TCase *tc = tcase_create("changes");
+    tcase_set_timeout(tc, 60);
+    tracker_changes_add(tc);
+    suite_add_tcase(s, tc);
+    if (changes)
+        *changes = tc;
+    return s;
+}

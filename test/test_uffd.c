@@ -43,9 +43,7 @@ static int user_mode_only(struct fixture *e)
 START_TEST(moved_range_not_registered)
 {
     struct fixture e;
-    tracker_open(&e);
-    char *p = map_filled(MB, 0x5a);
-    cache_it(&e, p, MB, NULL);
+    char *p = tracker_open_cached(&e, MB);
     char *target = mmap(NULL, 4 * MB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(target, MAP_FAILED);
     char *q = mremap(p, MB, 4 * MB, MREMAP_MAYMOVE | MREMAP_FIXED, target);
@@ -81,8 +79,7 @@ START_TEST(faults_served)
 {
     struct fixture e;
     tracker_open(&e);
-    char *p = mmap(NULL, 8 * MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(p, MAP_FAILED);
+    char *p = map_anon(8 * MB);
     p[0] = 1;
     cache_it(&e, p, 8 * MB, NULL);
     pthread_t t;
@@ -119,9 +116,7 @@ START_TEST(rewatch_same_address)
     cache_it(&e, p, MB, &old);
     munmap(p, MB);
     ck_assert_uint_eq(stats_of(e.cache).entries, 0);
-    void *q = mmap(p, MB, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    ck_assert_ptr_eq(q, p);
+    void *q = map_anon_at(p, MB);
     memset(q, 2, MB);
     cache_it(&e, q, MB, NULL);
     vmt_put(old);    /* the old entry goes away now: its unwatch must not drop q's watch */
@@ -207,11 +202,7 @@ int main(void)
     int rc = skip_unless_tracker("test_uffd", tracker_under_test);
     if (rc)
         return rc;
-    Suite *s = suite_create("uffd tracker");
-    TCase *tc = tcase_create("changes");
-    tcase_set_timeout(tc, 60);
-    tracker_changes_add(tc);
-    suite_add_tcase(s, tc);
+    Suite *s = tracker_changes_suite(NULL);
     TCase *tu = tcase_create("uffd");
     tcase_set_timeout(tu, 60);
     tcase_add_test(tu, faults_served);

@@ -10,11 +10,15 @@
 /* The tracker this program tests (TRACKER at compile time). */
 extern const char *const tracker_under_test;
 
-/* Adds the cases every tracker must pass to `tc`. */
-void tracker_changes_add(TCase *tc);
+/* The suite "<tracker> tracker" with one test case "changes" (60 s per case) holding the cases
+ * every tracker must pass; *changes (if not NULL) is that test case, for the tracker's own. */
+Suite *tracker_changes_suite(TCase **changes);
 
 /* A cache on the tracker under test with a fake device attached, asserting it opened. */
 void tracker_open(struct fixture *fx);
+
+/* tracker_open, then a mapping of `len` bytes (all 0x5a) cached (and put); returns it. */
+char *tracker_open_cached(struct fixture *fx, size_t len);
 
 /* Caches [p, p+len) (one registration, held in *held if non-NULL, else put at once). */
 void cache_it(struct fixture *fx, void *p, size_t len, struct vmt_reg **held);

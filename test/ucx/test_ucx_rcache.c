@@ -183,13 +183,15 @@ static void null_dereg(void *c, ucs_rcache_t *r, ucs_rcache_region_t *g)
 }
 static const ucs_rcache_ops_t null_ops = {.mem_reg = null_reg, .mem_dereg = null_dereg};
 
-static ucs_rcache_t *null_rcache(void)
+/* An rcache whose registrations do nothing, regions aligned to `alignment`; NULL if UCX
+ * refused it. */
+static ucs_rcache_t *null_rcache(const char *name, size_t alignment)
 {
     ucs_rcache_params_t p;
     ucs_rcache_t *rc;
     memset(&p, 0, sizeof(p));
     p.region_struct_size = sizeof(ucs_rcache_region_t);
-    p.alignment = page;
+    p.alignment = alignment;
     p.max_alignment = page;
     p.ucm_events = UCM_EVENT_VM_UNMAPPED;
     p.ucm_event_priority = 1000;
@@ -197,7 +199,7 @@ static ucs_rcache_t *null_rcache(void)
     p.max_regions = ULONG_MAX;
     p.max_size = SIZE_MAX;
     p.max_unreleased = SIZE_MAX;
-    return ucs_rcache_create(&p, "null", NULL, &rc) == UCS_OK ? rc : NULL;
+    return ucs_rcache_create(&p, name, NULL, &rc) == UCS_OK ? rc : NULL;
 }
 
 /* Unmapped memory: with a tracker that watches (kmod, uffd) the module cannot watch it, so it
@@ -212,7 +214,7 @@ START_TEST(unmapped_memory_not_cached)
     }
     void *p = map_anon(4 * page);
     ck_assert_int_eq(munmap(p, 4 * page), 0);
-    ucs_rcache_t *rc = null_rcache();
+    ucs_rcache_t *rc = null_rcache("null", page);
     ck_assert_ptr_nonnull(rc);
     ucs_rcache_region_t *r;
     ucs_status_t st = ucs_rcache_get(rc, p, 4 * page, PROT_READ, NULL, &r);
@@ -232,19 +234,8 @@ START_TEST(shared_page_regions)
         printf("  shared page: not applicable (%s)\n", tracker);
         return;
     }
-    ucs_rcache_params_t p;
-    ucs_rcache_t *rc;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(ucs_rcache_region_t);
-    p.alignment = 16;
-    p.max_alignment = page;
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &null_ops;
-    p.max_regions = ULONG_MAX;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
-    ck_assert_int_eq(ucs_rcache_create(&p, "shared-page", NULL, &rc), UCS_OK);
+    ucs_rcache_t *rc = null_rcache("shared-page", 16);
+    ck_assert_ptr_nonnull(rc);
     char *b = map_anon(4 * page);
     struct { size_t sz; uint64_t events, event_bytes, rcaches, watches, stale; } a = {.sz = sizeof(a)},
         z = {.sz = sizeof(a)};
@@ -322,7 +313,7 @@ static void print_numbers(void)
 {
     const int scale = in_vm() ? 20 : 1;
     double raw = munmap_cost(NULL, 0, 20000 / scale);   /* no rcache yet */
-    ucs_rcache_t *rc = null_rcache();
+    ucs_rcache_t *rc = null_rcache("null", page);
     if (!rc) {
         printf("  numbers: ucs_rcache_create failed\n");
         return;
