@@ -14,8 +14,7 @@
 
 #include <vmtrack.h>
 
-#include "check_run.h"
-#include "fake_device.h"
+#include "lib/vmt_test.h"
 
 /* ---- version --------------------------------------------------------------------------- */
 START_TEST(version_of_header_and_library)

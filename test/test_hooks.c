@@ -7,7 +7,22 @@
 #include <signal.h>
 #include <time.h>
 
-#include "test_hooks_uffd_common.h"
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "tracker_changes.h"
 
 static unsigned char *libc_munmap(void)
 {
@@ -18,7 +33,7 @@ static unsigned char *libc_munmap(void)
     return f;
 }
 
-START_TEST(t_auto_report)
+START_TEST(auto_reports_hooks_available)
 {
     struct vmt_cache *c;
     struct vmt_cache_opts o = {.sz = sizeof o, .tracker = "auto"};
@@ -32,52 +47,67 @@ START_TEST(t_auto_report)
 END_TEST
 
 /* The patch goes in with the cache and comes out with the last hooks cache. */
-START_TEST(t_unpatch)
+START_TEST(unpatch_restores_libc)
 {
     unsigned char *f = libc_munmap(), before[16], during[16];
     memcpy(before, f, 16);
-    struct env a, b;
-    env_setup(&a);
+    struct fixture a, b;
+    tracker_open(&a);
     memcpy(during, f, 16);
     ck_assert_int_eq(during[0], 0xe9); /* jmp rel32 */
     ck_assert_int_eq(memcmp(before + 5, during + 5, 11), 0); /* nothing beyond 5 bytes */
-    env_setup(&b);
-    env_close(&a);
+    tracker_open(&b);
+    fixture_close(&a);
     ck_assert_int_eq(memcmp(f, during, 16), 0); /* b still uses it */
-    env_close(&b);
+    fixture_close(&b);
     ck_assert_int_eq(memcmp(f, before, 16), 0);
     /* and again */
-    env_setup(&a);
+    tracker_open(&a);
     ck_assert_int_eq(f[0], 0xe9);
-    void *p = map_anon(MB);
+    void *p = map_filled(MB, 0x5a);
     cache_it(&a, p, MB, NULL);
     munmap(p, MB);
     assert_dropped(&a, "munmap after re-patch");
-    env_close(&a);
+    fixture_close(&a);
     ck_assert_int_eq(memcmp(f, before, 16), 0);
 }
 END_TEST
 
-/* What another patcher (UCX ucm, Open MPI) leaves at an entry: movabs $target,%r11; jmp *%r11. */
+/* Writes n bytes over libc's munmap entry `f` (its page made writable for the copy). */
+static void write_entry(unsigned char *f, const void *bytes, size_t n)
+{
+    uintptr_t code_page = (uintptr_t)f & ~4095ul;
+    ck_assert_int_eq(mprotect((void *)code_page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    memcpy(f, bytes, n);
+    ck_assert_int_eq(mprotect((void *)code_page, 8192, PROT_READ | PROT_EXEC), 0);
+}
+
+/* Where another patcher's entry patch leads. */
 static int foreign_munmap(void *addr, size_t len)
 {
     return (int)syscall(SYS_munmap, addr, len);
 }
 
-START_TEST(t_conflict)
+/* Writes what another patcher (UCX ucm, Open MPI) leaves at an entry over `f`: movabs
+ * $target,%r11; jmp *%r11 (the bytes also go to code[], to compare with later). */
+static void write_foreign_patch(unsigned char *f, unsigned char code[13])
 {
-    unsigned char *f = libc_munmap(), saved[16];
-    memcpy(saved, f, 16);
-    uintptr_t page = (uintptr_t)f & ~4095ul;
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
+    static const unsigned char movabs_jmp[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                 0x41, 0xff, 0xe3};
     void *target = (void *)foreign_munmap;
+    memcpy(code, movabs_jmp, sizeof movabs_jmp);
     memcpy(code + 2, &target, 8);
-    memcpy(f, code, sizeof code);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_entry(f, code, 13);
+}
 
-    struct env e;
-    int rc = env_open(&e, "hooks", 0);
+START_TEST(refuses_a_foreign_patch)
+{
+    unsigned char *f = libc_munmap(), saved[16], code[13];
+    memcpy(saved, f, 16);
+    write_foreign_patch(f, code);
+
+    struct fixture e;
+    int rc = fixture_try_open(&e, "hooks", 0);
     ck_assert_int_eq(rc, -EBUSY);
     /* auto passes over hooks and says why */
     struct vmt_cache *c;
@@ -92,47 +122,37 @@ START_TEST(t_conflict)
     /* our bytes were not written: the foreign patch is intact */
     ck_assert_int_eq(memcmp(f, code, sizeof code), 0);
 
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    memcpy(f, saved, 16);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
-    ck_assert_int_eq(env_open(&e, "hooks", 0), 0);
-    env_close(&e);
+    write_entry(f, saved, 16);
+    ck_assert_int_eq(fixture_try_open(&e, "hooks", 0), 0);
+    fixture_close(&e);
 }
 END_TEST
 
 /* Another patcher writes over our entry later (UCX loaded after vmtrack): the next miss
  * notices, drops everything cached and caches nothing more. */
-START_TEST(t_overridden)
+START_TEST(overwritten_patch_drops_everything)
 {
-    struct env e;
-    env_setup(&e);
-    void *p = map_anon(MB), *q = map_anon(MB);
+    struct fixture e;
+    tracker_open(&e);
+    void *p = map_filled(MB, 0x5a), *q = map_filled(MB, 0x5a);
     cache_it(&e, p, MB, NULL);
-    unsigned char *f = libc_munmap(), ours[16];
+    unsigned char *f = libc_munmap(), ours[16], code[13];
     memcpy(ours, f, 16);
-    uintptr_t page = (uintptr_t)f & ~4095ul;
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    unsigned char code[13] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3};
-    void *target = (void *)foreign_munmap;
-    memcpy(code + 2, &target, 8);
-    memcpy(f, code, sizeof code);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_foreign_patch(f, code);
 
     struct vmt_reg *r;
     ck_assert_int_eq(vmt_get(e.dev, q, MB, VMT_ACCESS_READ, &r), 0);
     vmt_put(r);
-    struct vmt_stats s = stats(&e);
+    struct vmt_stats s = stats_of(e.cache);
     ck_assert_uint_eq(s.entries, 0);      /* p dropped: it may be stale now */
     ck_assert_uint_ge(s.uncached, 1);     /* q served uncached */
-    struct env e2;
-    ck_assert_int_eq(env_open(&e2, "hooks", 0), -EBUSY); /* no new hooks caches either */
+    struct fixture e2;
+    ck_assert_int_eq(fixture_try_open(&e2, "hooks", 0), -EBUSY); /* no new hooks caches either */
 
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
-    memcpy(f, ours, 16);
-    ck_assert_int_eq(mprotect((void *)page, 8192, PROT_READ | PROT_EXEC), 0);
+    write_entry(f, ours, 16);
     munmap(p, MB);
     munmap(q, MB);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
@@ -166,16 +186,16 @@ static void *forker(void *arg)
     return NULL;
 }
 
-START_TEST(t_fork_while_patching)
+START_TEST(fork_while_patching)
 {
     int bad = 0;
     pthread_t t;
     atomic_store(&g_forks_stop, 0);
     ck_assert_int_eq(pthread_create(&t, NULL, forker, &bad), 0);
     for (int i = 0; i < 30; i++) {
-        struct env e;
-        env_setup(&e);
-        env_close(&e);
+        struct fixture e;
+        tracker_open(&e);
+        fixture_close(&e);
     }
     atomic_store(&g_forks_stop, 1);
     pthread_join(t, NULL);
@@ -184,10 +204,10 @@ START_TEST(t_fork_while_patching)
 END_TEST
 
 /* mmap64 and brk are the same code paths; brk shrink through brk() itself. */
-START_TEST(t_brk_shrink)
+START_TEST(change_brk_shrink)
 {
-    struct env e;
-    env_setup(&e);
+    struct fixture e;
+    tracker_open(&e);
     free(malloc(64));
     char *cur = sbrk(0);
     char *base = (char *)(((uintptr_t)cur + 4095) & ~4095ul);
@@ -199,17 +219,15 @@ START_TEST(t_brk_shrink)
         ck_assert_ptr_eq(sbrk(0), base);
         assert_dropped(&e, "brk shrink");
     }
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
 /* shmat(SHM_REMAP) over a cached anonymous range */
-START_TEST(t_shmat_remap)
+START_TEST(change_shmat_remap)
 {
-    struct env e;
-    env_setup(&e);
-    char *p = map_anon(MB);
-    cache_it(&e, p, MB, NULL);
+    struct fixture e;
+    char *p = tracker_open_cached(&e, MB);
     int id = shmget(IPC_PRIVATE, MB, IPC_CREAT | 0600);
     ck_assert_int_ge(id, 0);
     void *s = shmat(id, p, SHM_REMAP);
@@ -217,14 +235,14 @@ START_TEST(t_shmat_remap)
     ck_assert_ptr_eq(s, p);
     assert_dropped(&e, "shmat(SHM_REMAP) over");
     ck_assert_int_eq(shmdt(s), 0);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
-START_TEST(t_errno_preserved)
+START_TEST(errno_preserved)
 {
-    struct env e;
-    env_setup(&e);
+    struct fixture e;
+    tracker_open(&e);
     errno = 0;
     ck_assert_int_eq(munmap((void *)1, 4096), -1);
     ck_assert_int_eq(errno, EINVAL);
@@ -236,35 +254,28 @@ START_TEST(t_errno_preserved)
     ck_assert_int_eq(errno, EINVAL);
     ck_assert_int_eq(shmdt((void *)4096), -1);
     ck_assert_int_eq(errno, EINVAL);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
 /* A miss on a range that another thread is unmapping waits until that unmap ends, and then
  * finds the range gone: nothing registered from the pages being unmapped survives the munmap. */
 struct unmap_race {
-    struct env *e;
+    struct fixture *e;
     char *range;
     atomic_int stop, started;
     atomic_long ok_after, failed_after, straddled;
     _Atomic double unmap_start_ns, unmap_end_ns;
 };
 
-static double mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 static void *get_in_a_loop(void *arg)
 {
     struct unmap_race *u = arg;
     while (!atomic_load(&u->stop)) {
-        double t0 = mono_ns();
+        double t0 = now_ns();
         struct vmt_reg *r;
         int rc = vmt_get(u->e->dev, u->range, 64 << 10, VMT_ACCESS_READ, &r);
-        double t1 = mono_ns();
+        double t1 = now_ns();
         atomic_store(&u->started, 1);
         if (rc == 0)
             vmt_put(r);
@@ -283,21 +294,21 @@ static void *get_in_a_loop(void *arg)
     return NULL;
 }
 
-START_TEST(t_get_during_unmap)
+START_TEST(get_during_unmap)
 {
-    struct env e;
-    env_setup(&e);
+    struct fixture e;
+    tracker_open(&e);
     const size_t len = 128 * MB;  /* populated: its munmap takes milliseconds */
-    char *p = map_anon(len);
+    char *p = map_filled(len, 0x5a);
     struct unmap_race u = {.e = &e, .range = p + len / 2};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, get_in_a_loop, &u), 0);
     while (!atomic_load(&u.started))
         sched_yield();
     usleep(1000);
-    atomic_store(&u.unmap_start_ns, mono_ns());
+    atomic_store(&u.unmap_start_ns, now_ns());
     ck_assert_int_eq(munmap(p, len), 0);
-    atomic_store(&u.unmap_end_ns, mono_ns());
+    atomic_store(&u.unmap_end_ns, now_ns());
     while (atomic_load(&u.failed_after) < 100)
         sched_yield();
     atomic_store(&u.stop, 1);
@@ -307,10 +318,10 @@ START_TEST(t_get_during_unmap)
            (atomic_load(&u.unmap_end_ns) - atomic_load(&u.unmap_start_ns)) / 1e6,
            atomic_load(&u.failed_after));
     ck_assert_int_eq(atomic_load(&u.ok_after), 0);
-    vmt_flush(e.c);
-    ck_assert_int_eq(atomic_load(&e.f.deregs), atomic_load(&e.f.regs));
-    ck_assert_uint_eq(stats(&e).entries, 0);
-    env_close(&e);
+    vmt_flush(e.cache);
+    ck_assert_int_eq(atomic_load(&e.fake.deregs), atomic_load(&e.fake.regs));
+    ck_assert_uint_eq(stats_of(e.cache).entries, 0);
+    fixture_close(&e);
 }
 END_TEST
 
@@ -318,7 +329,7 @@ END_TEST
  * unmap may then skip the cache's lock): the registration must not stay cached after the
  * munmap returns. The device takes 20 us per registration, so that unmaps land inside misses. */
 struct miss_race {
-    struct env *e;
+    struct fixture *e;
     _Atomic(char *) range;
     atomic_int stop;
     atomic_long gets_ok;
@@ -338,13 +349,13 @@ static void *miss_in_a_loop(void *arg)
     return NULL;
 }
 
-START_TEST(t_unmap_races_a_miss)
+START_TEST(unmap_races_a_miss)
 {
-    struct env e;
-    env_setup(&e);
-    atomic_store(&e.f.reg_delay_us, 20);
+    struct fixture e;
+    tracker_open(&e);
+    atomic_store(&e.fake.reg_delay_us, 20);
     const size_t len = 64 << 10;
-    char *x = map_anon(len);
+    char *x = map_filled(len, 0x5a);
     ck_assert_int_eq(munmap(x, len), 0);  /* each round maps it again */
     struct miss_race m = {.e = &e, .range = x};
     pthread_t th;
@@ -357,7 +368,7 @@ START_TEST(t_unmap_races_a_miss)
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (again != x) {
             ck_assert_msg(again == MAP_FAILED && errno == EEXIST, "mmap: %s", strerror(errno));
-            x = map_anon(len);
+            x = map_filled(len, 0x5a);
             atomic_store(&m.range, x);
         }
         memset(x, i, len);
@@ -372,7 +383,7 @@ START_TEST(t_unmap_races_a_miss)
                 stale++;  /* cached, though nothing is mapped there */
             else
                 reused++;  /* the library mapped something there: not ours any more */
-            vmt_invalidate(e.c, x, len);
+            vmt_invalidate(e.cache, x, len);
         } else {
             ck_assert_int_eq(rc, -EFAULT);
         }
@@ -384,43 +395,39 @@ START_TEST(t_unmap_races_a_miss)
            rounds, atomic_load(&m.gets_ok), stale, reused);
     ck_assert_int_eq(stale, 0);
     ck_assert_int_gt(atomic_load(&m.gets_ok), 0);
-    vmt_flush(e.c);
-    ck_assert_int_eq(atomic_load(&e.f.deregs), atomic_load(&e.f.regs));
-    env_close(&e);
+    vmt_flush(e.cache);
+    ck_assert_int_eq(atomic_load(&e.fake.deregs), atomic_load(&e.fake.regs));
+    fixture_close(&e);
 }
 END_TEST
 
 int main(void)
 {
-    g_tracker = "hooks";
-    int rc = skip_unless_available("hooks");
+    int rc = skip_unless_tracker("test_hooks", tracker_under_test);
     if (rc)
         return rc;
-    Suite *s = suite_create("hooks tracker");
-    TCase *tc = tcase_create("changes");
-    tcase_set_timeout(tc, 60);
-    add_common_cases(tc);
-    tcase_add_test(tc, t_brk_shrink);
-    tcase_add_test(tc, t_shmat_remap);
-    tcase_add_test(tc, t_errno_preserved);
-    tcase_add_test(tc, t_get_during_unmap);
-    tcase_add_test(tc, t_unmap_races_a_miss);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = tracker_changes_suite(&tc);
+    tcase_add_test(tc, change_brk_shrink);
+    tcase_add_test(tc, change_shmat_remap);
+    tcase_add_test(tc, errno_preserved);
+    tcase_add_test(tc, get_during_unmap);
+    tcase_add_test(tc, unmap_races_a_miss);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
-    tcase_add_test(tp, t_auto_report);
-    tcase_add_test(tp, t_fork_while_patching);
+    tcase_add_test(tp, auto_reports_hooks_available);
+    tcase_add_test(tp, fork_while_patching);
 #if defined(__SANITIZE_THREAD__)
     /* these read and write libc's code directly: TSan keeps no shadow for code */
     printf("(TSan build: the byte-level patching tests are left out)\n");
-    (void)t_unpatch;
-    (void)t_conflict;
-    (void)t_overridden;
+    (void)unpatch_restores_libc;
+    (void)refuses_a_foreign_patch;
+    (void)overwritten_patch_drops_everything;
 #else
-    tcase_add_test(tp, t_unpatch);
-    tcase_add_test(tp, t_conflict);
-    tcase_add_test(tp, t_overridden);
+    tcase_add_test(tp, unpatch_restores_libc);
+    tcase_add_test(tp, refuses_a_foreign_patch);
+    tcase_add_test(tp, overwritten_patch_drops_everything);
 #endif
     suite_add_tcase(s, tp);
-    return run_suite(s);
+    return check_run(s, CK_FORK) ? 1 : 0;
 }

@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include "check_run.h"
+#include "lib/vmt_test.h"
 
 int shim_patch(void *entry, void *hook, char *why, size_t whylen);
 void shim_unpatch(void);
@@ -52,13 +52,6 @@ static long hook(void)
     return 4242;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static char g_byte;
 
 static void *reader(void *arg)
@@ -77,7 +70,7 @@ static void *releaser(void *arg)
     return NULL;
 }
 
-START_TEST(t_waits_for_stopped_thread)
+START_TEST(waits_for_stopped_thread)
 {
     g_code = code_page();
     ck_assert_ptr_nonnull(g_code);
@@ -92,10 +85,10 @@ START_TEST(t_waits_for_stopped_thread)
     ck_assert_int_eq(pthread_create(&rd, NULL, reader, NULL), 0);
     usleep(100 * 1000); /* let it block in read() */
     ck_assert_int_eq(pthread_create(&rel, NULL, releaser, NULL), 0);
-    double t0 = now_ms();
+    double t0 = now_ns() / 1e6;
     char why[256] = "";
     int rc = shim_patch(g_code, (void *)hook, why, sizeof why);
-    double waited = now_ms() - t0;
+    double waited = now_ns() / 1e6 - t0;
     ck_assert_msg(rc == 0, "patch: %d %s", rc, why);
     void *got;
     pthread_join(rd, &got);
@@ -111,7 +104,7 @@ START_TEST(t_waits_for_stopped_thread)
 }
 END_TEST
 
-START_TEST(t_no_wait_when_idle)
+START_TEST(no_wait_when_idle)
 {
     g_code = code_page();
     ck_assert_ptr_nonnull(g_code);
@@ -119,9 +112,9 @@ START_TEST(t_no_wait_when_idle)
     memcpy(g_code, code, sizeof code);
     ck_assert_int_eq(mprotect(g_code, 4096, PROT_READ | PROT_EXEC), 0);
     char why[256] = "";
-    double t0 = now_ms();
+    double t0 = now_ns() / 1e6;
     ck_assert_int_eq(shim_patch(g_code, (void *)hook, why, sizeof why), 0);
-    printf("patch with no thread inside: %.2f ms\n", now_ms() - t0);
+    printf("patch with no thread inside: %.2f ms\n", now_ns() / 1e6 - t0);
     ck_assert_int_eq(call_code(-1, 0, 0), 4242);
     /* patching it again is refused: it is ours already */
     ck_assert_int_ne(shim_patch(g_code, (void *)hook, why, sizeof why), 0);
@@ -130,7 +123,7 @@ START_TEST(t_no_wait_when_idle)
 }
 END_TEST
 
-START_TEST(t_foreign_forms)
+START_TEST(foreign_forms)
 {
     unsigned char buf[32];
     char owner[256];
@@ -157,17 +150,14 @@ START_TEST(t_foreign_forms)
     ck_assert_msg(strstr(owner, "test_hooks_engine"), "owner: %s", owner);
     /* jmp rel32 to a trampoline in anonymous memory (jmp *0(%rip); .quad target): the owner
      * is whoever the trampoline leads to */
-    unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               -1, 0);
-    ck_assert_ptr_ne(page, MAP_FAILED);
-    memset(page, 0x90, 4096);
+    unsigned char *tramp = map_filled(4096, 0x90);
     int32_t rel = 64 - 5;
-    page[0] = 0xe9;
-    memcpy(page + 1, &rel, 4);
-    memcpy(page + 64, c, sizeof c);
-    ck_assert(shim_foreign(page, owner, sizeof owner));
+    tramp[0] = 0xe9;
+    memcpy(tramp + 1, &rel, 4);
+    memcpy(tramp + 64, c, sizeof c);
+    ck_assert(shim_foreign(tramp, owner, sizeof owner));
     ck_assert_msg(strstr(owner, "test_hooks_engine"), "owner through a trampoline: %s", owner);
-    munmap(page, 4096);
+    munmap(tramp, 4096);
     /* int3 */
     memset(buf, 0x90, sizeof buf);
     buf[0] = 0xcc;
@@ -186,10 +176,9 @@ int main(void)
     Suite *s = suite_create("hooks patching engine");
     TCase *tc = tcase_create("engine");
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_waits_for_stopped_thread);
-    tcase_add_test(tc, t_no_wait_when_idle);
-    tcase_add_test(tc, t_foreign_forms);
+    tcase_add_test(tc, waits_for_stopped_thread);
+    tcase_add_test(tc, no_wait_when_idle);
+    tcase_add_test(tc, foreign_forms);
     suite_add_tcase(s, tc);
-    int failed = check_run(s, CK_FORK);
-    return failed ? 1 : 0;
+    return check_run(s, CK_FORK) ? 1 : 0;
 }

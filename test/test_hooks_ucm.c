@@ -9,7 +9,7 @@
 #include <string.h>
 #include <ucm/api/ucm.h>
 #include <vmtrack.h>
-#include "check_run.h"
+#include "lib/check_run.h"
 
 static void on_event(ucm_event_type_t type, ucm_event_t *event, void *arg)
 {
@@ -30,7 +30,7 @@ static int ucm_patched(void)
     return 0;
 }
 
-START_TEST(t_refused)
+START_TEST(refused_next_to_ucm)
 {
     struct vmt_cache *c;
     struct vmt_cache_opts o = {.sz = sizeof o, .tracker = "hooks"};
@@ -48,20 +48,18 @@ END_TEST
 int main(void)
 {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    printf("SKIP: sanitizer build: the hooks tracker refuses to run under a sanitizer runtime\n");
-    return 77;
+    return test_skip("sanitizer build: the hooks tracker refuses to run under a sanitizer "
+                     "runtime");
 #endif
     ucs_status_t st = ucm_set_event_handler(UCM_EVENT_MUNMAP | UCM_EVENT_VM_UNMAPPED, 0,
                                             on_event, NULL);
     if (st != UCS_OK || !ucm_patched()) {
-        printf("SKIP: UCX ucm did not patch libc's entries here (status %d; mode not bistro?)\n",
-               (int)st);
-        return 77;
+        return test_skip("UCX ucm did not patch libc's entries here (status %d; mode not bistro?)",
+                         (int)st);
     }
     Suite *s = suite_create("hooks vs UCX ucm");
     TCase *tc = tcase_create("ucm");
-    tcase_add_test(tc, t_refused);
+    tcase_add_test(tc, refused_next_to_ucm);
     suite_add_tcase(s, tc);
-    int failed = check_run(s, CK_FORK);
-    return failed ? 1 : 0;
+    return check_run(s, CK_FORK) ? 1 : 0;
 }

@@ -14,7 +14,7 @@
 #include <liburing.h>
 #include <vmtrack.h>
 #include <vmtrack/iouring.h>
-#include "check_run.h"
+#include "lib/vmt_test.h"
 
 #ifndef TWOLIB_DIR
 #error "TWOLIB_DIR must be defined"
@@ -46,7 +46,7 @@ static void load(struct lib *l, const char *file, const char *want)
     ck_assert_str_eq(name(), want);
 }
 
-START_TEST(test_two_libraries_one_registration)
+START_TEST(two_libraries_one_registration)
 {
     struct lib a, b;
     load(&a, "libtwolib_a.so", "a");
@@ -56,9 +56,7 @@ START_TEST(test_two_libraries_one_registration)
     struct io_uring ring;
     ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
     size_t len = 192 * 1024;
-    unsigned char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                              -1, 0);
-    ck_assert_ptr_ne(buf, MAP_FAILED);
+    unsigned char *buf = map_anon(len);
     for (size_t i = 0; i < len; i++)
         buf[i] = (unsigned char)(i * 13 + 1);
 
@@ -73,10 +71,7 @@ START_TEST(test_two_libraries_one_registration)
     ck_assert_ptr_eq(da, db);
     ck_assert_int_ge(ia, 0);
     ck_assert_int_eq(ia, ib);
-    struct vmt_stats s;
-    memset(&s, 0, sizeof(s));
-    s.sz = sizeof(s);
-    ck_assert_int_eq(vmt_stats_get(vmt_shared(), &s), 0);
+    struct vmt_stats s = stats_of(vmt_shared());
     ck_assert_uint_eq(s.registrations, 1);
     ck_assert_uint_eq(s.entries, 1);
 
@@ -113,19 +108,14 @@ END_TEST
 
 int main(void)
 {
-    struct io_uring probe;
-    int ret = io_uring_queue_init(2, &probe, 0);
-    if (ret < 0) {
-        printf("SKIP: io_uring is not usable here (io_uring_queue_init: %s)\n", strerror(-ret));
-        return 77;
-    }
-    io_uring_queue_exit(&probe);
+    int rc = skip_unless_iouring("test_twolib");
+    if (rc)
+        return rc;
     /* Cache what is registered whatever trackers exist here ("pass" would register twice). */
     setenv("VMTRACK_TRACKER", "none", 1);
     Suite *s = suite_create("twolib");
     TCase *tc = tcase_create("shared");
-    tcase_add_test(tc, test_two_libraries_one_registration);
+    tcase_add_test(tc, two_libraries_one_registration);
     suite_add_tcase(s, tc);
-    int failed = check_run(s, CK_FORK);
-    return failed ? 1 : 0;
+    return check_run(s, CK_FORK) ? 1 : 0;
 }

@@ -3,11 +3,26 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 
-#include "test_hooks_uffd_common.h"
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "tracker_changes.h"
 
 #if defined(__SANITIZE_THREAD__)
-/* The child of t_fork starts a monitor thread of its own: allowed, it only calls async-safe
- * code before that and the parent's threads are not used in the child. */
+/* The child of fork_child_tracks_itself starts a monitor thread of its own: allowed, it only
+ * calls async-safe code before that and the parent's threads are not used in the child. */
 const char *__tsan_default_options(void);
 const char *__tsan_default_options(void)
 {
@@ -15,22 +30,20 @@ const char *__tsan_default_options(void)
 }
 #endif
 
-static int user_mode_only(struct env *e)
+static int user_mode_only(struct fixture *e)
 {
     char buf[4096];
-    vmt_cache_tracker_report(e->c, buf, sizeof buf);
+    vmt_cache_tracker_report(e->cache, buf, sizeof buf);
     return strstr(buf, "UFFD_USER_MODE_ONLY") != NULL;
 }
 
 /* A cached range moved (and grown) by mremap keeps its userfaultfd registration at the new
  * address, where nothing is cached: the monitor drops it, so kernel accesses to the new,
  * not yet present pages work (in UFFD_USER_MODE_ONLY mode they would fail with EFAULT). */
-START_TEST(t_moved_not_registered)
+START_TEST(moved_range_not_registered)
 {
-    struct env e;
-    env_setup(&e);
-    char *p = map_anon(MB);
-    cache_it(&e, p, MB, NULL);
+    struct fixture e;
+    char *p = tracker_open_cached(&e, MB);
     char *target = mmap(NULL, 4 * MB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(target, MAP_FAILED);
     char *q = mremap(p, MB, 4 * MB, MREMAP_MAYMOVE | MREMAP_FIXED, target);
@@ -48,7 +61,7 @@ START_TEST(t_moved_not_registered)
     close(fd);
     ck_assert_msg(n == 8192, "read into the moved range: %zd (%s)", n, strerror(errno));
     munmap(q, 4 * MB);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
@@ -62,12 +75,11 @@ static void *toucher(void *arg)
     return NULL;
 }
 
-START_TEST(t_faults_served)
+START_TEST(faults_served)
 {
-    struct env e;
-    env_setup(&e);
-    char *p = mmap(NULL, 8 * MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(p, MAP_FAILED);
+    struct fixture e;
+    tracker_open(&e);
+    char *p = map_anon(8 * MB);
     p[0] = 1;
     cache_it(&e, p, 8 * MB, NULL);
     pthread_t t;
@@ -89,64 +101,62 @@ START_TEST(t_faults_served)
         ck_assert_msg(n == 8192, "read into a watched range: %zd (%s)", n, strerror(errno));
     }
     munmap(p, 8 * MB);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
 /* A new mapping at an address that was watched before keeps its own watch when the old
  * entry's watch is dropped. */
-START_TEST(t_rewatch_same_address)
+START_TEST(rewatch_same_address)
 {
-    struct env e;
-    env_setup(&e);
-    void *p = map_anon(MB);
+    struct fixture e;
+    tracker_open(&e);
+    void *p = map_filled(MB, 0x5a);
     struct vmt_reg *old;
     cache_it(&e, p, MB, &old);
     munmap(p, MB);
-    ck_assert_uint_eq(stats(&e).entries, 0);
-    void *q = mmap(p, MB, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    ck_assert_ptr_eq(q, p);
+    ck_assert_uint_eq(stats_of(e.cache).entries, 0);
+    void *q = map_anon_at(p, MB);
     memset(q, 2, MB);
     cache_it(&e, q, MB, NULL);
     vmt_put(old);    /* the old entry goes away now: its unwatch must not drop q's watch */
-    vmt_flush(e.c);  /* (flush drops q's entry too: cache it again) */
+    vmt_flush(e.cache);  /* (flush drops q's entry too: cache it again) */
     cache_it(&e, q, MB, NULL);
-    long before = (long)stats(&e).invalidations;
+    long before = (long)stats_of(e.cache).invalidations;
     ck_assert_int_eq(syscall(SYS_munmap, q, MB), 0);
-    ck_assert_uint_eq(stats(&e).entries, 0);
-    ck_assert_int_gt((long)stats(&e).invalidations, before);
-    env_close(&e);
+    ck_assert_uint_eq(stats_of(e.cache).entries, 0);
+    ck_assert_int_gt((long)stats_of(e.cache).invalidations, before);
+    fixture_close(&e);
 }
 END_TEST
 
 /* Overlapping entries (no merging): dropping one unregisters only what the other does not
  * cover. */
-START_TEST(t_overlap)
+START_TEST(overlap_keeps_the_other_watch)
 {
-    struct env e;
-    int rc = env_open(&e, g_tracker, VMT_CACHE_NO_MERGE);
+    struct fixture e;
+    int rc = fixture_try_open(&e, tracker_under_test, VMT_CACHE_NO_MERGE);
     ck_assert_int_eq(rc, 0);
-    char *p = map_anon(2 * MB);
+    char *p = map_filled(2 * MB, 0x5a);
     struct vmt_reg *a, *b;
     ck_assert_int_eq(vmt_get(e.dev, p, MB, VMT_ACCESS_READ, &a), 0);
     ck_assert_int_eq(vmt_get(e.dev, p + MB / 2, MB, VMT_ACCESS_READ, &b), 0);
     vmt_put(a); /* a left the index when b came; now it is reaped and unwatched */
     vmt_put(b);
-    ck_assert_uint_eq(stats(&e).entries, 1);
-    ck_assert_int_eq(atomic_load(&e.f.deregs), 1); /* a was reaped (and unwatched) */
+    ck_assert_uint_eq(stats_of(e.cache).entries, 1);
+    ck_assert_int_eq(atomic_load(&e.fake.deregs), 1); /* a was reaped (and unwatched) */
     /* in the overlap: a's unwatch must not have unregistered b's pages */
     ck_assert_int_eq(syscall(SYS_munmap, p + 3 * MB / 4, 4096), 0);
-    ck_assert_uint_eq(stats(&e).entries, 0);
+    ck_assert_uint_eq(stats_of(e.cache).entries, 0);
     munmap(p, 2 * MB);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
-START_TEST(t_file_uncached)
+START_TEST(file_mapping_uncached)
 {
-    struct env e;
-    env_setup(&e);
+    struct fixture e;
+    tracker_open(&e);
     char path[] = "/tmp/vmtrack-uffd-XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
@@ -157,28 +167,28 @@ START_TEST(t_file_uncached)
     struct vmt_reg *r;
     ck_assert_int_eq(vmt_get(e.dev, p, MB, VMT_ACCESS_READ, &r), 0);
     vmt_put(r);
-    struct vmt_stats s = stats(&e);
+    struct vmt_stats s = stats_of(e.cache);
     ck_assert_uint_eq(s.entries, 0);
     ck_assert_uint_ge(s.uncached, 1);
     munmap(p, MB);
     close(fd);
-    env_close(&e);
+    fixture_close(&e);
 }
 END_TEST
 
 /* Start and stop the monitor many times with watched ranges and events in flight. */
-START_TEST(t_shutdown)
+START_TEST(monitor_shutdown)
 {
     for (int i = 0; i < 30; i++) {
-        struct env e;
-        env_setup(&e);
-        void *p = map_anon(MB), *q = map_anon(MB);
+        struct fixture e;
+        tracker_open(&e);
+        void *p = map_filled(MB, 0x5a), *q = map_filled(MB, 0x5a);
         cache_it(&e, p, MB, NULL);
         munmap(p, MB);
         struct vmt_reg *r;
         ck_assert_int_eq(vmt_get(e.dev, q, MB, VMT_ACCESS_READ, &r), 0);
         vmt_put(r);
-        env_close(&e); /* q is still watched: closing the fd must drop the registration */
+        fixture_close(&e); /* q is still watched: closing the fd must drop the registration */
         ((volatile char *)q)[4096] = 3;
         ck_assert_int_eq(madvise(q, MB, MADV_DONTNEED), 0); /* no monitor: must not block */
         ck_assert_int_eq(((volatile char *)q)[4096], 0);
@@ -189,23 +199,18 @@ END_TEST
 
 int main(void)
 {
-    g_tracker = "uffd";
-    int rc = skip_unless_available("uffd");
+    int rc = skip_unless_tracker("test_uffd", tracker_under_test);
     if (rc)
         return rc;
-    Suite *s = suite_create("uffd tracker");
-    TCase *tc = tcase_create("changes");
-    tcase_set_timeout(tc, 60);
-    add_common_cases(tc);
-    suite_add_tcase(s, tc);
+    Suite *s = tracker_changes_suite(NULL);
     TCase *tu = tcase_create("uffd");
     tcase_set_timeout(tu, 60);
-    tcase_add_test(tu, t_faults_served);
-    tcase_add_test(tu, t_moved_not_registered);
-    tcase_add_test(tu, t_rewatch_same_address);
-    tcase_add_test(tu, t_overlap);
-    tcase_add_test(tu, t_file_uncached);
-    tcase_add_test(tu, t_shutdown);
+    tcase_add_test(tu, faults_served);
+    tcase_add_test(tu, moved_range_not_registered);
+    tcase_add_test(tu, rewatch_same_address);
+    tcase_add_test(tu, overlap_keeps_the_other_watch);
+    tcase_add_test(tu, file_mapping_uncached);
+    tcase_add_test(tu, monitor_shutdown);
     suite_add_tcase(s, tu);
-    return run_suite(s);
+    return check_run(s, CK_FORK) ? 1 : 0;
 }

@@ -13,32 +13,18 @@
 #include <infiniband/verbs.h>
 #include <vmtrack.h>
 #include <vmtrack/verbs.h>
-#include "check_run.h"
+#include "lib/vmt_test.h"
 
 static struct ibv_context *g_ctx;
 static struct ibv_pd *g_pd;
 
-static struct vmt_cache *make_cache(void)
+START_TEST(reg_hit_access)
 {
-    struct vmt_cache_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sz = sizeof(o);
-    o.tracker = "none";
-    struct vmt_cache *c = NULL;
-    int ret = vmt_cache_create(&o, &c);
-    ck_assert_msg(ret == 0, "vmt_cache_create: %s", strerror(-ret));
-    return c;
-}
-
-START_TEST(test_reg_hit_access)
-{
-    struct vmt_cache *c = make_cache();
+    struct vmt_cache *c = cache_open("none");
     struct vmt_device *dev;
     ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &dev), 0);
     size_t len = 256 * 1024;
-    char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(buf, MAP_FAILED);
-    memset(buf, 1, len);
+    char *buf = map_filled(len, 1);
 
     struct vmt_reg *r1, *r2, *r3;
     ck_assert_int_eq(vmt_get(dev, buf, len, VMT_ACCESS_READ, &r1), 0);
@@ -59,10 +45,7 @@ START_TEST(test_reg_hit_access)
     ck_assert_uint_ne(vmt_verbs_mr(r3)->rkey, 0);
     vmt_put(r3);
 
-    struct vmt_stats s;
-    memset(&s, 0, sizeof(s));
-    s.sz = sizeof(s);
-    ck_assert_int_eq(vmt_stats_get(c, &s), 0);
+    struct vmt_stats s = stats_of(c);
     ck_assert_uint_ge(s.hits, 1);
     ck_assert_uint_ge(s.registrations, 2);
     vmt_device_detach(dev);
@@ -71,9 +54,9 @@ START_TEST(test_reg_hit_access)
 }
 END_TEST
 
-START_TEST(test_same_pd_same_device)
+START_TEST(same_pd_same_device)
 {
-    struct vmt_cache *c = make_cache();
+    struct vmt_cache *c = cache_open("none");
     struct vmt_device *d1, *d2;
     ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &d1), 0);
     ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &d2), 0);
@@ -84,15 +67,15 @@ START_TEST(test_same_pd_same_device)
 }
 END_TEST
 
-START_TEST(test_errors)
+START_TEST(errors)
 {
-    struct vmt_cache *c = make_cache();
+    struct vmt_cache *c = cache_open("none");
     struct vmt_device *dev;
     ck_assert_int_eq(vmt_verbs_attach(NULL, g_pd, &dev), -EINVAL);
     ck_assert_int_eq(vmt_verbs_attach(c, NULL, &dev), -EINVAL);
     ck_assert_ptr_null(vmt_verbs_mr(NULL));
     ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &dev), 0);
-    void *hole = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *hole = map_anon(65536);
     munmap(hole, 65536);
     struct vmt_reg *r;
     int ret = vmt_get(dev, hole, 65536, VMT_ACCESS_READ, &r);
@@ -144,7 +127,7 @@ static int qp_to_rts(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid
     return 0;
 }
 
-START_TEST(test_rdma_write_through_cache)
+START_TEST(rdma_write_through_cache)
 {
     struct ibv_port_attr port;
     ck_assert_int_eq(ibv_query_port(g_ctx, 1, &port), 0);
@@ -170,14 +153,12 @@ START_TEST(test_rdma_write_through_cache)
     ck_assert_int_eq(qp_to_rts(q1, q2->qp_num, &gid, gid_index, mtu), 0);
     ck_assert_int_eq(qp_to_rts(q2, q1->qp_num, &gid, gid_index, mtu), 0);
 
-    struct vmt_cache *c = make_cache();
+    struct vmt_cache *c = cache_open("none");
     struct vmt_device *dev;
     ck_assert_int_eq(vmt_verbs_attach(c, g_pd, &dev), 0);
     size_t len = 64 * 1024;
     /* Two buffers with a hole between them, so that the cache keeps two registrations. */
-    unsigned char *src = mmap(NULL, 3 * len, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(src, MAP_FAILED);
+    unsigned char *src = map_anon(3 * len);
     unsigned char *dst = src + 2 * len;
     munmap(src + len, len);
     struct vmt_stats s;
@@ -209,9 +190,7 @@ START_TEST(test_rdma_write_through_cache)
         ck_assert_msg(memcmp(src, dst, len) == 0, "RDMA WRITE through cached MRs: wrong bytes");
         vmt_put(rs);
         vmt_put(rd);
-        memset(&s, 0, sizeof(s));
-        s.sz = sizeof(s);
-        ck_assert_int_eq(vmt_stats_get(c, &s), 0);
+        s = stats_of(c);
         if (round == 0)
             regs_after_first = s.registrations;
     }
@@ -234,19 +213,18 @@ int main(void)
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list || n == 0) {
-        printf("SKIP: no RDMA device here (ibv_get_device_list found %d%s%s); run it on "
-               "soft-RoCE with test/vm/run --rxe\n",
-               n, list ? "" : ": ", list ? "" : strerror(errno));
         if (list)
             ibv_free_device_list(list);
-        return 77;
+        return test_skip("no RDMA device here (ibv_get_device_list found %d%s%s); run it on "
+                         "soft-RoCE with test/vm/run --rxe",
+                         n, list ? "" : ": ", list ? "" : strerror(errno));
     }
     g_ctx = ibv_open_device(list[0]);
     if (!g_ctx) {
-        printf("SKIP: cannot open RDMA device %s: %s\n", ibv_get_device_name(list[0]),
-               strerror(errno));
+        int rc = test_skip("cannot open RDMA device %s: %s", ibv_get_device_name(list[0]),
+                           strerror(errno));
         ibv_free_device_list(list);
-        return 77;
+        return rc;
     }
     printf("RDMA device: %s\n", ibv_get_device_name(list[0]));
     g_pd = ibv_alloc_pd(g_ctx);
@@ -256,10 +234,10 @@ int main(void)
     }
     Suite *s = suite_create("verbs");
     TCase *tc = tcase_create("device");
-    tcase_add_test(tc, test_reg_hit_access);
-    tcase_add_test(tc, test_same_pd_same_device);
-    tcase_add_test(tc, test_errors);
-    tcase_add_test(tc, test_rdma_write_through_cache);
+    tcase_add_test(tc, reg_hit_access);
+    tcase_add_test(tc, same_pd_same_device);
+    tcase_add_test(tc, errors);
+    tcase_add_test(tc, rdma_write_through_cache);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     /* The device context and PD are opened once, here: no fork between them and the tests. */

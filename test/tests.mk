@@ -1,44 +1,79 @@
 # The Check tests of `make check`: the core cache, the user-space trackers, the built-in devices,
-# two libraries sharing the process-wide cache, the scenario suite and its stress.
-# Tests of the core cache (Check).
-check_PROGRAMS += test/test_cache
-TESTS += test/test_cache
-test_test_cache_SOURCES = test/test_cache.c test/fake_device.h test/check_run.h
-test_test_cache_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_test_cache_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
-# Every Check program here (some built only in the guest or with MPI/UCX) runs through it.
-EXTRA_DIST += test/check_run.h
+# two libraries sharing the process-wide cache, the scenario suite and its stress. How to add a
+# test, the skip rule and the test library: test/README.md.
+
+# The test library (test/lib/): the fake device, the cache fixture, stats, mappings, a clock,
+# tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) is header only.
+check_LTLIBRARIES += test/lib/libvmttest.la
+test_lib_libvmttest_la_SOURCES = test/lib/vmt_test.c test/lib/system.c test/lib/iouring.c \
+	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h
+test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
+test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+TEST_LDADD = test/lib/libvmttest.la libvmtrack.la $(CHECK_LIBS) -lpthread
+EXTRA_DIST += test/README.md
+
+# The core cache against the fake device, one feature per program (test/test_cache_<feature>.c).
+CACHE_TESTS = test/test_cache_lookup test/test_cache_misuse test/test_cache_evict \
+	test/test_cache_merge test/test_cache_holds test/test_cache_memo test/test_cache_devices \
+	test/test_cache_events test/test_cache_fork test/test_cache_config test/test_cache_threads
+check_PROGRAMS += $(CACHE_TESTS)
+TESTS += $(CACHE_TESTS)
+test_test_cache_lookup_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_lookup_LDADD = $(TEST_LDADD)
+test_test_cache_misuse_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_misuse_LDADD = $(TEST_LDADD)
+test_test_cache_evict_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_evict_LDADD = $(TEST_LDADD)
+test_test_cache_merge_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_merge_LDADD = $(TEST_LDADD)
+test_test_cache_holds_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_holds_LDADD = $(TEST_LDADD)
+test_test_cache_memo_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_memo_LDADD = $(TEST_LDADD)
+test_test_cache_devices_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_devices_LDADD = $(TEST_LDADD)
+test_test_cache_events_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_events_LDADD = $(TEST_LDADD)
+test_test_cache_fork_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_fork_LDADD = $(TEST_LDADD)
+test_test_cache_config_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_config_LDADD = $(TEST_LDADD)
+test_test_cache_threads_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_threads_LDADD = $(TEST_LDADD)
+
+# The user-space trackers through the public API with the fake device: the changes every
+# tracker must see (test_tracker_changes.c, compiled once per tracker with TRACKER) and each
+# tracker's own cases.
 
 # The C ABI around the cache: versions, VMT_OPTS, larger structs, the log function, vmt_strerror.
 check_PROGRAMS += test/test_api
 TESTS += test/test_api
-test_test_api_SOURCES = test/test_api.c test/fake_device.h test/check_run.h
-test_test_api_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_test_api_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
-
-# Tests of the user-space trackers: hooks and uffd, through the public API with a
-# counting fake device.
+test_test_api_CFLAGS = $(TEST_CFLAGS)
+test_test_api_LDADD = $(TEST_LDADD)
 check_PROGRAMS += test/test_hooks test/test_uffd test/test_hooks_engine
 TESTS += test/test_hooks test/test_uffd test/test_hooks_engine
-test_test_hooks_SOURCES = test/test_hooks.c test/test_hooks_uffd_common.h test/fake_device.h
-test_test_hooks_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_test_hooks_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread -ldl
-test_test_uffd_SOURCES = test/test_uffd.c test/test_hooks_uffd_common.h test/fake_device.h
-test_test_uffd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_test_uffd_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+test_test_hooks_SOURCES = test/test_hooks.c test/test_tracker_changes.c test/tracker_changes.h
+test_test_hooks_CPPFLAGS = $(AM_CPPFLAGS) -DTRACKER='"hooks"'
+test_test_hooks_CFLAGS = $(TEST_CFLAGS)
+test_test_hooks_LDADD = $(TEST_LDADD) -ldl
+test_test_uffd_SOURCES = test/test_uffd.c test/test_tracker_changes.c test/tracker_changes.h
+test_test_uffd_CPPFLAGS = $(AM_CPPFLAGS) -DTRACKER='"uffd"'
+test_test_uffd_CFLAGS = $(TEST_CFLAGS)
+test_test_uffd_LDADD = $(TEST_LDADD)
 # the patching engine on synthetic code (compiled in: libvmtrack does not export it)
 test_test_hooks_engine_SOURCES = test/test_hooks_engine.c test/hooks_engine_shim.cc \
 	common/trackers/hooks_patch.cc common/trackers/hooks_patch.h
 test_test_hooks_engine_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common
-test_test_hooks_engine_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_test_hooks_engine_LDADD = $(CHECK_LIBS) -lpthread -ldl
+test_test_hooks_engine_CFLAGS = $(TEST_CFLAGS)
+test_test_hooks_engine_LDADD = test/lib/libvmttest.la $(CHECK_LIBS) -lpthread -ldl
 
 # Next to a real other patcher (UCX ucm, bistro mode): hooks must refuse, not stack.
 if HAVE_UCX
 check_PROGRAMS += test/test_hooks_ucm
 TESTS += test/test_hooks_ucm
 test_test_hooks_ucm_SOURCES = test/test_hooks_ucm.c
-test_test_hooks_ucm_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(UCX_CFLAGS)
+test_test_hooks_ucm_CFLAGS = $(TEST_CFLAGS) $(UCX_CFLAGS)
 test_test_hooks_ucm_LDADD = libvmtrack.la $(UCX_LIBS) -lucs $(CHECK_LIBS) -ldl
 endif
 
@@ -48,12 +83,14 @@ check_PROGRAMS += test/test_iouring test/test_verbs test/test_twolib
 TESTS += test/test_iouring test/test_verbs test/test_twolib
 
 test_test_iouring_SOURCES = test/test_iouring.c
-test_test_iouring_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) $(CHECK_CFLAGS)
-test_test_iouring_LDADD = libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -lpthread
+test_test_iouring_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
+test_test_iouring_CFLAGS = $(TEST_CFLAGS)
+test_test_iouring_LDADD = $(TEST_LDADD) $(URING_LIBS)
 
 test_test_verbs_SOURCES = test/test_verbs.c
-test_test_verbs_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS) $(CHECK_CFLAGS)
-test_test_verbs_LDADD = libvmtrack.la $(CHECK_LIBS) $(IBVERBS_LIBS)
+test_test_verbs_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS)
+test_test_verbs_CFLAGS = $(TEST_CFLAGS)
+test_test_verbs_LDADD = $(TEST_LDADD) $(IBVERBS_LIBS)
 
 # Two shared libraries built separately from one source, loaded by test_twolib with dlopen.
 check_LTLIBRARIES += test/libtwolib_a.la test/libtwolib_b.la
@@ -67,21 +104,67 @@ test_libtwolib_b_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 test_libtwolib_b_la_LIBADD = libvmtrack.la
 
 test_test_twolib_SOURCES = test/test_twolib.c
-test_test_twolib_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) $(CHECK_CFLAGS) \
+test_test_twolib_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) \
 	-DTWOLIB_DIR='"$(abs_builddir)/test/.libs"'
-test_test_twolib_LDADD = libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -ldl
+test_test_twolib_CFLAGS = $(TEST_CFLAGS)
+test_test_twolib_LDADD = $(TEST_LDADD) $(URING_LIBS) -ldl
 EXTRA_test_test_twolib_DEPENDENCIES = test/libtwolib_a.la test/libtwolib_b.la
 
-# The scenario suite (tools/scenarios/) for every tracker, and its concurrency stress.
-
-check_PROGRAMS += test/test_scenarios test/test_stress
-TESTS += test/test_scenarios test/test_stress
-test_test_scenarios_SOURCES = test/test_scenarios.c
-test_test_scenarios_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS)
-test_test_scenarios_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS)
-test_test_stress_SOURCES = test/test_stress.c
-test_test_stress_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS)
-test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) -lpthread
+# The scenario suite (tools/scenarios/) and its concurrency stress, one program per tracker
+# from one source each (TRACKER; "none" is the positive control), so that a tracker not
+# available here is a skipped program; and the harness itself.
+SCENARIO_TESTS = test/test_scenario_harness \
+	test/test_scenarios_kmod test/test_scenarios_hooks test/test_scenarios_uffd \
+	test/test_scenarios_pass test/test_scenarios_none \
+	test/test_stress_kmod test/test_stress_hooks test/test_stress_uffd test/test_stress_pass \
+	test/test_stress_none
+check_PROGRAMS += $(SCENARIO_TESTS)
+TESTS += $(SCENARIO_TESTS)
+SCENARIO_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+SCENARIO_LDADD = libscenarios.la $(TEST_LDADD) $(URING_LIBS)
+test_test_scenario_harness_CPPFLAGS = $(SCENARIO_CPPFLAGS)
+test_test_scenario_harness_CFLAGS = $(TEST_CFLAGS)
+test_test_scenario_harness_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_kmod_SOURCES = test/test_scenarios.c
+test_test_scenarios_kmod_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"kmod"'
+test_test_scenarios_kmod_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_kmod_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_hooks_SOURCES = test/test_scenarios.c
+test_test_scenarios_hooks_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"hooks"'
+test_test_scenarios_hooks_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_hooks_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_uffd_SOURCES = test/test_scenarios.c
+test_test_scenarios_uffd_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"uffd"'
+test_test_scenarios_uffd_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_uffd_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_pass_SOURCES = test/test_scenarios.c
+test_test_scenarios_pass_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"pass"'
+test_test_scenarios_pass_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_pass_LDADD = $(SCENARIO_LDADD)
+test_test_scenarios_none_SOURCES = test/test_scenarios.c
+test_test_scenarios_none_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"none"'
+test_test_scenarios_none_CFLAGS = $(TEST_CFLAGS)
+test_test_scenarios_none_LDADD = $(SCENARIO_LDADD)
+test_test_stress_kmod_SOURCES = test/test_stress.c
+test_test_stress_kmod_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"kmod"'
+test_test_stress_kmod_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_kmod_LDADD = $(SCENARIO_LDADD)
+test_test_stress_hooks_SOURCES = test/test_stress.c
+test_test_stress_hooks_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"hooks"'
+test_test_stress_hooks_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_hooks_LDADD = $(SCENARIO_LDADD)
+test_test_stress_uffd_SOURCES = test/test_stress.c
+test_test_stress_uffd_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"uffd"'
+test_test_stress_uffd_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_uffd_LDADD = $(SCENARIO_LDADD)
+test_test_stress_pass_SOURCES = test/test_stress.c
+test_test_stress_pass_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"pass"'
+test_test_stress_pass_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_pass_LDADD = $(SCENARIO_LDADD)
+test_test_stress_none_SOURCES = test/test_stress.c
+test_test_stress_none_CPPFLAGS = $(SCENARIO_CPPFLAGS) -DTRACKER='"none"'
+test_test_stress_none_CFLAGS = $(TEST_CFLAGS)
+test_test_stress_none_LDADD = $(SCENARIO_LDADD)
 
 # The command line of `vmtrack check`; the library's exports against the public headers.
 TESTS += test/check_cli.sh test/check_exports.sh

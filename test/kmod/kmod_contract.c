@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "kmod_util.h"
-#include "../check_run.h"
+#include "../lib/check_run.h"
 
 static long pg;
 

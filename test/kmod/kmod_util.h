@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "vmtrack_kmod.h"
+#include "../lib/skip.h"
 
 struct vt {
 	int fd;
@@ -21,13 +22,13 @@ struct vt {
 	struct vmtrack_info info;
 };
 
-/* Exit 77 (skipped under Automake) with the reason when the device is not there. */
+/* Exit VMT_TEST_SKIP (skipped under Automake) with the reason when the device is not there. */
 static inline void vt_require_device(const char *prog)
 {
 	if (access(VMTRACK_DEVICE, R_OK) != 0) {
 		printf("SKIP: %s: %s not present (%s): load vmtrack.ko, e.g. run under "
 		       "test/vm/run\n", prog, VMTRACK_DEVICE, strerror(errno));
-		exit(77);
+		exit(VMT_TEST_SKIP);
 	}
 }
 

@@ -16,60 +16,18 @@
 
 #include <vmtrack.h>
 
-#include "../fake_device.h"
-#include "../check_run.h"
-
-static size_t page;
-
-struct fx {
-	struct vmt_cache *cache;
-	struct fake_device fake;
-	struct vmt_device *dev;
-};
-
-static void fx_open(struct fx *f)
-{
-	struct vmt_cache_opts o;
-
-	memset(&o, 0, sizeof(o));
-	o.sz = sizeof(o);
-	o.tracker = "kmod";
-	ck_assert_int_eq(vmt_cache_create(&o, &f->cache), 0);
-	ck_assert_str_eq(vmt_cache_tracker(f->cache), "kmod");
-	fake_init(&f->fake, 0);
-	ck_assert_int_eq(vmt_device_attach(f->cache, &f->fake.ops, &f->fake, &f->dev), 0);
-}
-
-static void fx_close(struct fx *f)
-{
-	vmt_device_detach(f->dev);
-	vmt_cache_destroy(f->cache);
-}
-
-static struct vmt_stats stats(struct fx *f)
-{
-	struct vmt_stats s;
-
-	memset(&s, 0, sizeof(s));
-	s.sz = sizeof(s);
-	ck_assert_int_eq(vmt_stats_get(f->cache, &s), 0);
-	return s;
-}
+#include "../lib/vmt_test.h"
 
 static char *map_at(void *addr, size_t len)
 {
-	int flags = MAP_PRIVATE | MAP_ANONYMOUS | (addr ? MAP_FIXED_NOREPLACE : 0);
-	char *p = mmap(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+	char *p = map_anon_at(addr, len);
 
-	ck_assert_ptr_ne(p, MAP_FAILED);
-	if (addr)
-		ck_assert_ptr_eq(p, addr);
 	memset(p, 7, len);
 	return p;
 }
 
 /* get + put; returns the registration's handle (the fake's record) */
-static void *get_put(struct fx *f, void *addr, size_t len)
+static void *get_put(struct fixture *f, void *addr, size_t len)
 {
 	struct vmt_reg *r;
 	void *h;
@@ -82,13 +40,13 @@ static void *get_put(struct fx *f, void *addr, size_t len)
 
 START_TEST(report_names_kmod)
 {
-	struct fx f;
+	struct fixture f;
 	char buf[2048];
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	ck_assert_int_gt(vmt_cache_tracker_report(f.cache, buf, sizeof(buf)), 0);
 	ck_assert_msg(strstr(buf, "kmod: in use") != NULL, "report: %s", buf);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
@@ -96,17 +54,17 @@ START_TEST(hit_until_changed)
 {
 	/* change 0: munmap, 1: raw munmap, 2: madvise DONTNEED, 3: MAP_FIXED over it */
 	int how = _i;
-	struct fx f;
+	struct fixture f;
 	size_t len = 4 * page;
 	char *buf;
 	struct vmt_stats s;
 	void *h1, *h2;
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	buf = map_at(NULL, len);
 	h1 = get_put(&f, buf, len);
 	ck_assert_ptr_eq(get_put(&f, buf + page, page), h1);	/* a hit */
-	s = stats(&f);
+	s = stats_of(f.cache);
 	ck_assert_uint_eq(s.registrations, 1);
 	ck_assert_uint_ge(s.hits, 1);
 	switch (how) {
@@ -130,46 +88,46 @@ START_TEST(hit_until_changed)
 	 * the fake's record may reuse the old one's address, so count instead) */
 	h2 = get_put(&f, buf, len);
 	(void)h2;
-	s = stats(&f);
+	s = stats_of(f.cache);
 	ck_assert_uint_eq(s.registrations, 2);
 	ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);
 	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
 	munmap(buf, len);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
 START_TEST(unmapped_is_efault)
 {
-	struct fx f;
+	struct fixture f;
 	struct vmt_reg *r;
 	char *buf;
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	buf = map_at(NULL, 2 * page);
 	get_put(&f, buf, 2 * page);
 	munmap(buf, 2 * page);
 	ck_assert_int_eq(vmt_get(f.dev, buf, 2 * page, VMT_ACCESS_READ, &r), -EFAULT);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
 START_TEST(mprotect_keeps_hits)
 {
-	struct fx f;
+	struct fixture f;
 	char *buf;
 	void *h;
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	buf = map_at(NULL, 4 * page);
 	h = get_put(&f, buf, 4 * page);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ), 0);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ | PROT_WRITE), 0);
 	ck_assert_ptr_eq(get_put(&f, buf, 4 * page), h);
-	ck_assert_uint_eq(stats(&f).registrations, 1);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
 	munmap(buf, 4 * page);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
@@ -185,18 +143,18 @@ static void on_event(void *arg, const void *addr, size_t len)
 
 START_TEST(events_reach_index_and_subscribers)
 {
-	struct fx f;
+	struct fixture f;
 	char *buf;
 	struct vmt_stats s;
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	ck_assert_int_eq(vmt_subscribe(f.cache, on_event, NULL), 0);
 	buf = map_at(NULL, 4 * page);
 	get_put(&f, buf, 4 * page);
-	ck_assert_uint_eq(stats(&f).entries, 1);
+	ck_assert_uint_eq(stats_of(f.cache).entries, 1);
 	munmap(buf + page, page);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* drains the event */
-	s = stats(&f);
+	s = stats_of(f.cache);
 	ck_assert_uint_eq(s.entries, 0);
 	ck_assert_uint_ge(s.invalidations, 1);
 	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
@@ -204,19 +162,19 @@ START_TEST(events_reach_index_and_subscribers)
 	ck_assert_uint_eq(atomic_load(&heard_addr), (uintptr_t)buf + page);
 	ck_assert_int_eq(vmt_unsubscribe(f.cache, on_event, NULL), 0);
 	munmap(buf, 4 * page);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
 START_TEST(fork_child_tracks_itself)
 {
-	struct fx f;
+	struct fixture f;
 	char *buf;
 	void *h;
 	pid_t pid;
 	int st;
 
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	buf = map_at(NULL, 4 * page);
 	h = get_put(&f, buf, 4 * page);
 	fflush(NULL);
@@ -259,7 +217,7 @@ START_TEST(fork_child_tracks_itself)
 	get_put(&f, buf, 4 * page);
 	ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
 	munmap(buf, 4 * page);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
@@ -287,7 +245,7 @@ static int set_param(const char *name, unsigned val, unsigned *old)
 START_TEST(overflow_drops_everything)
 {
 	enum { N = 48 };
-	struct fx f;
+	struct fixture f;
 	unsigned old;
 	char *buf;
 	int i;
@@ -296,26 +254,26 @@ START_TEST(overflow_drops_everything)
 		printf("overflow_drops_everything: module parameters not writable: not checked\n");
 		return;
 	}
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	set_param("max_events", old, &old);
 	buf = map_at(NULL, 2 * N * page);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
 		get_put(&f, buf + 2 * i * page, page);
-	ck_assert_uint_eq(stats(&f).entries, N);
+	ck_assert_uint_eq(stats_of(f.cache).entries, N);
 	for (i = 0; i < N; i++)
 		munmap(buf + 2 * i * page, page);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);
-	ck_assert_uint_eq(stats(&f).entries, 0);
+	ck_assert_uint_eq(stats_of(f.cache).entries, 0);
 	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
 	munmap(buf, 2 * N * page);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
 START_TEST(limit_serves_uncached)
 {
 	enum { N = 12 };
-	struct fx f;
+	struct fixture f;
 	unsigned old;
 	char *buf;
 	int i;
@@ -324,16 +282,16 @@ START_TEST(limit_serves_uncached)
 		printf("limit_serves_uncached: module parameters not writable: not checked\n");
 		return;
 	}
-	fx_open(&f);
+	fixture_open(&f, "kmod", 0);
 	set_param("max_watches", old, &old);
 	buf = map_at(NULL, 2 * N * page);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
 		get_put(&f, buf + 2 * i * page, page);
-	ck_assert_uint_le(stats(&f).entries, 4);
-	ck_assert_uint_ge(stats(&f).uncached, N - 4);
+	ck_assert_uint_le(stats_of(f.cache).entries, 4);
+	ck_assert_uint_ge(stats_of(f.cache).uncached, N - 4);
 	munmap(buf, 2 * N * page);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);
-	fx_close(&f);
+	fixture_close(&f);
 }
 END_TEST
 
@@ -341,22 +299,10 @@ int main(void)
 {
 	Suite *s = suite_create("kmod tracker");
 	TCase *tc = tcase_create("kmod");
-	struct vmt_cache_opts o;
-	struct vmt_cache *c = NULL;
-	int rc, failed;
+	int rc = skip_unless_tracker("test_kmod_tracker", "kmod");
 
-	page = (size_t)sysconf(_SC_PAGESIZE);
-	memset(&o, 0, sizeof(o));
-	o.sz = sizeof(o);
-	o.tracker = "kmod";
-	rc = vmt_cache_create(&o, &c);
-	if (rc) {
-		printf("SKIP: test_kmod_tracker: the kmod tracker is not available here (%s): "
-		       "run under test/vm/run\n", strerror(-rc));
-		return 77;
-	}
-	vmt_cache_destroy(c);
-
+	if (rc)
+		return rc;
 	tcase_add_test(tc, report_names_kmod);
 	tcase_add_loop_test(tc, hit_until_changed, 0, 4);
 	tcase_add_test(tc, unmapped_is_efault);
@@ -366,7 +312,7 @@ int main(void)
 	tcase_add_test(tc, overflow_drops_everything);
 	tcase_add_test(tc, limit_serves_uncached);
 	suite_add_tcase(s, tc);
-	failed = check_run(s, CK_FORK);
-	printf("%s: test_kmod_tracker\n", failed ? "FAIL" : "PASS");
-	return failed ? 1 : 0;
+	rc = check_run(s, CK_FORK);
+	printf("%s: test_kmod_tracker\n", rc ? "FAIL" : "PASS");
+	return rc ? 1 : 0;
 }

@@ -24,7 +24,7 @@
 #include "ompi-rcache/rcache_vmtrack.h"
 #include "ompi_testenv.h"
 #include "vmtrack.h"
-#include "../check_run.h"
+#include "../lib/check_run.h"
 
 /* ---- a fake BTL ------------------------------------------------------------------------ */
 struct fake_reg {

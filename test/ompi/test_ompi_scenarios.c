@@ -19,7 +19,7 @@
 
 #include "ompi_provider.h"
 #include "ompi_testenv.h"
-#include "../check_run.h"
+#include "../lib/check_run.h"
 
 struct column {
     const struct scn_provider *p;

@@ -10,7 +10,7 @@
  * (LD_PRELOAD, UCX_MEM_MMAP_HOOK_MODE=none, VMTRACK_TRACKER from the environment or auto).
  * Asserted: every transfer's bytes arrive intact; with the module, the libc change is caught
  * and, when the tracker is kmod or uffd, the raw system call too. Without an RDMA device it
- * prints why and exits 77. */
+ * prints why and exits VMT_TEST_SKIP (77). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
+
+#include "../lib/skip.h"
 
 #ifndef VMT_UCX_MODULE_PATH
 #error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
@@ -164,8 +166,7 @@ static int run_one(void)
     if (l)
         ibv_free_device_list(l);
     if (n == 0) {
-        printf("SKIP: no RDMA device here (run it in the guest rig: test/vm/run --rxe)\n");
-        return 77;
+        return test_skip("no RDMA device here (run it in the guest rig: test/vm/run --rxe)");
     }
     const char *(*trk)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_tracker");
     const char *tracker = trk ? trk() : "none (UCX's own hooks)";
@@ -225,8 +226,8 @@ int main(int argc, char **argv)
     setenv("UCX_IB_GID_INDEX", getenv("UCX_IB_GID_INDEX") ? getenv("UCX_IB_GID_INDEX") : "0", 1);
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
     int a = spawn(0);
-    if (a == 77)
-        return 77;
+    if (a == VMT_TEST_SKIP)
+        return VMT_TEST_SKIP;
     int b = spawn(1);
     printf("without the module: %s; with it: %s\n", a ? "FAIL" : "ok", b ? "FAIL" : "ok");
     return a || b ? 1 : 0;

@@ -10,7 +10,7 @@
  *                        (scn_vmtrack_claims) is caught by UCX's rcache too, and with the
  *                        hooks tracker ucm_test_external_events(UCM_EVENT_VM_UNMAPPED) passes.
  * A configuration that cannot run here (no kernel module, no userfaultfd) prints why and is
- * skipped; if no configuration with the module could run the test exits 77. */
+ * skipped; if no configuration with the module could run the test exits VMT_TEST_SKIP (77). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <dlfcn.h>
@@ -31,7 +31,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "provider_ucx.h"
-#include "../check_run.h"
+#include "../lib/vmt_test.h"
 
 #ifndef VMT_UCX_MODULE_PATH
 #error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
@@ -51,7 +51,7 @@ static int claims(const char *variant, const char *scenario)
     return scn_vmtrack_claims(variant + 8, scenario);
 }
 
-START_TEST(test_scenario)
+START_TEST(scenario_as_claimed)
 {
     const struct scn_scenario *s = &scn_scenarios[_i];
     struct scn_outcome o;
@@ -82,7 +82,7 @@ END_TEST
 
 /* With the hooks tracker every unmap reaches UCX in the unmapping thread: ucm's own check of
  * external events must pass. (kmod/uffd report only watched ranges: see doc/ucx.md.) */
-START_TEST(test_external_events)
+START_TEST(external_events)
 {
     char tracker[32], why[256];
     int mode = ucx_module_state(tracker, sizeof(tracker), why, sizeof(why));
@@ -102,7 +102,7 @@ END_TEST
 
 /* Workers get/write/check/put while mutators unmap, remap, free and malloc the same buffers
  * (tools/scenarios/stress.c): with the module no checked write may find old bytes. */
-START_TEST(test_stress)
+START_TEST(stress_no_stale_write)
 {
     struct scn_stress_opts o = {.workers = 2, .mutators = 2, .slots = 16, .duration_ms = 2000};
     struct scn_stress_result r;
@@ -126,7 +126,7 @@ START_TEST(test_stress)
     /* Known, not ours: the uffd tracker's UFFDIO_REGISTER of a page-rounded range splits the
      * VMAs around it, the stress's own mremap of a buffer that now spans two VMAs fails with
      * EFAULT, and the stress then writes to a buffer it no longer has (SIGSEGV). The same
-     * happens with vmtrack's own cache (test/test_stress). Reported; shown, never a pass. */
+     * happens with vmtrack's own cache (test/stress_no_stale_write). Reported; shown, never a pass. */
     if (!strcmp(g_variant, "vmtrack:uffd") &&
         (!WIFEXITED(wst) || (r.errors && !strncmp(r.detail, "mutator:", 8)))) {
         printf("  stress: NOT CHECKED with uffd: %s %s (known uffd tracker issue: VMA split -> "
@@ -183,22 +183,15 @@ static void null_dereg(void *c, ucs_rcache_t *r, ucs_rcache_region_t *g)
 }
 static const ucs_rcache_ops_t null_ops = {.mem_reg = null_reg, .mem_dereg = null_dereg};
 
-/* CPU time of this thread: on a shared machine wall time mostly measures the other load */
-static double now_ns(void)
+/* An rcache whose registrations do nothing, regions aligned to `alignment`; NULL if UCX
+ * refused it. */
+static ucs_rcache_t *null_rcache(const char *name, size_t alignment)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static ucs_rcache_t *null_rcache(void)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     ucs_rcache_params_t p;
     ucs_rcache_t *rc;
     memset(&p, 0, sizeof(p));
     p.region_struct_size = sizeof(ucs_rcache_region_t);
-    p.alignment = page;
+    p.alignment = alignment;
     p.max_alignment = page;
     p.ucm_events = UCM_EVENT_VM_UNMAPPED;
     p.ucm_event_priority = 1000;
@@ -206,12 +199,12 @@ static ucs_rcache_t *null_rcache(void)
     p.max_regions = ULONG_MAX;
     p.max_size = SIZE_MAX;
     p.max_unreleased = SIZE_MAX;
-    return ucs_rcache_create(&p, "null", NULL, &rc) == UCS_OK ? rc : NULL;
+    return ucs_rcache_create(&p, name, NULL, &rc) == UCS_OK ? rc : NULL;
 }
 
 /* Unmapped memory: with a tracker that watches (kmod, uffd) the module cannot watch it, so it
  * must refuse the registration even though this rcache's own mem_reg would accept anything. */
-START_TEST(test_unmapped)
+START_TEST(unmapped_memory_not_cached)
 {
     char tracker[32], why[256];
     int mode = ucx_module_state(tracker, sizeof(tracker), why, sizeof(why));
@@ -219,11 +212,9 @@ START_TEST(test_unmapped)
         printf("  unmapped memory: not applicable (module mode %d, %s)\n", mode, tracker);
         return;
     }
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    void *p = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(p, MAP_FAILED);
+    void *p = map_anon(4 * page);
     ck_assert_int_eq(munmap(p, 4 * page), 0);
-    ucs_rcache_t *rc = null_rcache();
+    ucs_rcache_t *rc = null_rcache("null", page);
     ck_assert_ptr_nonnull(rc);
     ucs_rcache_region_t *r;
     ucs_status_t st = ucs_rcache_get(rc, p, 4 * page, PROT_READ, NULL, &r);
@@ -236,29 +227,16 @@ END_TEST
 
 /* Watch mode, two regions that share a page (UCX's ib md aligns to 16 bytes): hitting them in
  * turn must stay hits, not re-register one another's range every time. */
-START_TEST(test_shared_page)
+START_TEST(shared_page_regions)
 {
     char tracker[32], why[256];
     if (ucx_module_state(tracker, sizeof(tracker), why, sizeof(why)) != 2) {
         printf("  shared page: not applicable (%s)\n", tracker);
         return;
     }
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    ucs_rcache_params_t p;
-    ucs_rcache_t *rc;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(ucs_rcache_region_t);
-    p.alignment = 16;
-    p.max_alignment = page;
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &null_ops;
-    p.max_regions = ULONG_MAX;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
-    ck_assert_int_eq(ucs_rcache_create(&p, "shared-page", NULL, &rc), UCS_OK);
-    char *b = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(b, MAP_FAILED);
+    ucs_rcache_t *rc = null_rcache("shared-page", 16);
+    ck_assert_ptr_nonnull(rc);
+    char *b = map_anon(4 * page);
     struct { size_t sz; uint64_t events, event_bytes, rcaches, watches, stale; } a = {.sz = sizeof(a)},
         z = {.sz = sizeof(a)};
     int (*stats)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
@@ -317,9 +295,9 @@ static double munmap_batch(ucs_rcache_t *rc, int registered, int n)
                 return -1;
             ucs_rcache_region_put(rc, r);
         }
-        double t0 = now_ns();
+        double t0 = thread_cpu_ns();
         munmap(p, len);
-        total += now_ns() - t0;
+        total += thread_cpu_ns() - t0;
     }
     return total / n;
 }
@@ -335,7 +313,7 @@ static void print_numbers(void)
 {
     const int scale = in_vm() ? 20 : 1;
     double raw = munmap_cost(NULL, 0, 20000 / scale);   /* no rcache yet */
-    ucs_rcache_t *rc = null_rcache();
+    ucs_rcache_t *rc = null_rcache("null", page);
     if (!rc) {
         printf("  numbers: ucs_rcache_create failed\n");
         return;
@@ -352,13 +330,13 @@ static void print_numbers(void)
         ucs_rcache_region_put(rc, r);
         const int n = 200000 / scale;
         for (int k = 0; k < 7; k++) {
-            double t0 = now_ns();
+            double t0 = thread_cpu_ns();
             for (int i = 0; i < n; i++) {
                 if (ucs_rcache_get(rc, b, len, PROT_READ, NULL, &r) != UCS_OK)
                     break;
                 ucs_rcache_region_put(rc, r);
             }
-            double v = (now_ns() - t0) / n;
+            double v = (thread_cpu_ns() - t0) / n;
             if (hit < 0 || v < hit)
                 hit = v;
         }
@@ -387,11 +365,11 @@ static int run_config(const char *variant)
     Suite *su = suite_create(variant);
     TCase *tc = tcase_create("scenarios");
     tcase_set_timeout(tc, 900);
-    tcase_add_loop_test(tc, test_scenario, 0, (int)scn_scenario_count);
-    tcase_add_test(tc, test_external_events);
-    tcase_add_test(tc, test_unmapped);
-    tcase_add_test(tc, test_shared_page);
-    tcase_add_test(tc, test_stress);
+    tcase_add_loop_test(tc, scenario_as_claimed, 0, (int)scn_scenario_count);
+    tcase_add_test(tc, external_events);
+    tcase_add_test(tc, unmapped_memory_not_cached);
+    tcase_add_test(tc, shared_page_regions);
+    tcase_add_test(tc, stress_no_stale_write);
     suite_add_tcase(su, tc);
     /* scn_run forks per scenario already */
     int failed = check_run(su, CK_NOFORK);
@@ -403,7 +381,7 @@ static int run_config(const char *variant)
     if (g_unavailable) {
         printf("UNAVAILABLE %s\n", g_unavail_why);
         fflush(stdout);
-        return 77;
+        return VMT_TEST_SKIP;
     }
     print_numbers();
     fflush(stdout);
@@ -514,8 +492,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (access(VMT_UCX_MODULE_PATH, R_OK) != 0) {
-        printf("SKIP: %s not built: %s\n", VMT_UCX_MODULE_PATH, strerror(errno));
-        return 77;
+        return test_skip("%s not built: %s", VMT_UCX_MODULE_PATH, strerror(errno));
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     int failed = 0, module_ran = 0;
@@ -553,7 +530,7 @@ int main(int argc, char **argv)
     for (int ci = 0; ci < NCONF; ci++) {
         status_of[ci] = spawn(ci, "--config");
         printf("config %s: exit status %d\n", conf_names[ci], status_of[ci]);
-        if (status_of[ci] == 77)
+        if (status_of[ci] == VMT_TEST_SKIP)
             printf("SKIP %s: not available here (reason above)\n", conf_names[ci]);
         else if (status_of[ci] != 0)
             failed++;
@@ -565,7 +542,7 @@ int main(int argc, char **argv)
     quiet = 1;
     for (int round = 0; round < (in_vm() ? 0 : 2); round++)
         for (int ci = 0; ci < NCONF; ci++)
-            if (status_of[ci] != 77)
+            if (status_of[ci] != VMT_TEST_SKIP)
                 spawn(ci, "--numbers");
     quiet = 0;
 
@@ -577,7 +554,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < scn_scenario_count; i++) {
         printf("%-20s", scn_scenarios[i].name);
         for (int ci = 0; ci < NCONF; ci++)
-            printf(" %-14s", status_of[ci] == 77 ? "unavailable"
+            printf(" %-14s", status_of[ci] == VMT_TEST_SKIP ? "unavailable"
                              : results[ci][i][0] ? results[ci][i] : "?");
         printf("\n");
     }
@@ -603,7 +580,7 @@ int main(int argc, char **argv)
     /* ENV (the first registration failed) is accepted only where UCX alone failed alike */
     for (size_t i = 0; i < scn_scenario_count; i++)
         for (int ci = 1; ci < NCONF; ci++)
-            if (status_of[ci] != 77 && !strcmp(results[ci][i], "ENV") &&
+            if (status_of[ci] != VMT_TEST_SKIP && !strcmp(results[ci][i], "ENV") &&
                 strcmp(results[0][i], "ENV")) {
                 printf("FAIL %s: %s could not register the buffer with the module, but could "
                        "without it (%s)\n", conf_names[ci], scn_scenarios[i].name,
@@ -613,8 +590,7 @@ int main(int argc, char **argv)
     if (failed)
         return 1;
     if (!module_ran) {
-        printf("SKIP: no configuration with libvmtrack-ucx could run here\n");
-        return 77;
+        return test_skip("no configuration with libvmtrack-ucx could run here");
     }
     return 0;
 }

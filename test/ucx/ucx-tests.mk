@@ -8,7 +8,7 @@ test_ucx_test_ucx_rcache_SOURCES = test/ucx/test_ucx_rcache.c test/ucx/provider_
 test_ucx_test_ucx_rcache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS) \
 	$(URING_CFLAGS) $(UCX_CFLAGS) \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
-test_ucx_test_ucx_rcache_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) \
+test_ucx_test_ucx_rcache_LDADD = libscenarios.la test/lib/libvmttest.la libvmtrack.la $(CHECK_LIBS) $(URING_LIBS) \
 	-lucs -lucm -ldl
 EXTRA_test_ucx_test_ucx_rcache_DEPENDENCIES = libvmtrack-ucx.la
 endif

@@ -10,9 +10,9 @@ TESTS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
 test_kmod_kmod_contract_SOURCES = test/kmod/kmod_contract.c test/kmod/kmod_util.h
 test_kmod_kmod_contract_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi $(CHECK_CFLAGS)
 test_kmod_kmod_contract_LDADD = $(CHECK_LIBS) -lpthread
-test_kmod_test_kmod_tracker_SOURCES = test/kmod/test_kmod_tracker.c test/fake_device.h test/check_run.h
-test_kmod_test_kmod_tracker_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-test_kmod_test_kmod_tracker_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+test_kmod_test_kmod_tracker_SOURCES = test/kmod/test_kmod_tracker.c
+test_kmod_test_kmod_tracker_CFLAGS = $(TEST_CFLAGS)
+test_kmod_test_kmod_tracker_LDADD = $(TEST_LDADD)
 
 VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540

@@ -1,0 +1,113 @@
+/* The cache's lookup, against a fake device: a get inside a registered range hits, one
+ * past it misses (and merges), and thousands of disjoint ranges are found again before and
+ * after removals. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "lib/vmt_test.h"
+
+START_TEST(hit_and_miss)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    ck_assert_str_eq(vmt_cache_tracker(fx.cache), "none");
+    char *buf = map_anon(4 * page);
+    struct vmt_reg *a = get_ok(fx.dev, buf + 100, 2 * page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(a), buf);  /* page aligned */
+    ck_assert_uint_eq(vmt_reg_len(a), 3 * page);
+    struct fake_reg *h = vmt_reg_handle(a);
+    ck_assert_ptr_eq(h->addr, buf);
+    ck_assert_uint_eq(h->len, 3 * page);
+    struct vmt_reg *b = get_ok(fx.dev, buf + page, 10, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(a, b);
+    vmt_put(a);
+    vmt_put(b);
+    struct vmt_reg *c = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(c, a);
+    vmt_put(c);
+    struct vmt_stats s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.registrations, 1);
+    ck_assert_uint_eq(s.misses, 1);
+    ck_assert_uint_eq(s.hits, 2);
+    ck_assert_uint_eq(s.entries, 1);
+    ck_assert_uint_eq(s.bytes_registered, 3 * page);
+    /* A range past the entry misses and (merging) registers the union. */
+    struct vmt_reg *d = get_ok(fx.dev, buf + 3 * page, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(d), buf);
+    ck_assert_uint_eq(vmt_reg_len(d), 4 * page);
+    vmt_put(d);
+    s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.merges, 1);
+    ck_assert_uint_eq(s.entries, 1);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    ck_assert_int_eq(atomic_load(&fx.fake.live), 0);
+    munmap(buf, 4 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+/* Many disjoint ranges hit at random: the index finds each, before and after removals. */
+START_TEST(index_many)
+{
+    enum { N = 3000 };
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *base = map_anon(2 * N * page);
+    struct vmt_reg *regs[N];
+    unsigned order[N];
+    for (unsigned i = 0; i < N; i++)
+        order[i] = i;
+    srand(7);
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (unsigned k = 0; k < N; k++) {
+        unsigned i = order[k];
+        regs[i] = get_ok(fx.dev, base + 2 * i * page, page, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(vmt_reg_addr(regs[i]), base + 2 * i * page);
+        vmt_put(regs[i]);
+    }
+    ck_assert_uint_eq(stats_of(fx.cache).entries, N);
+    for (unsigned k = 0; k < N; k++) {
+        unsigned i = order[(k * 7919) % N];
+        struct vmt_reg *r = get_ok(fx.dev, base + 2 * i * page + 5, 10, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(r, regs[i]);
+        vmt_put(r);
+    }
+    ck_assert_uint_eq(stats_of(fx.cache).registrations, N);
+    /* Drop every third range; the others still hit, the dropped ones register again. */
+    for (unsigned i = 0; i < N; i += 3)
+        ck_assert_int_eq(vmt_invalidate(fx.cache, base + 2 * i * page, page), 0);
+    ck_assert_uint_eq(stats_of(fx.cache).entries, N - (N + 2) / 3);
+    for (unsigned i = 0; i < N; i++) {
+        struct vmt_reg *r = get_ok(fx.dev, base + 2 * i * page, page, VMT_ACCESS_READ);
+        if (i % 3)
+            ck_assert_ptr_eq(r, regs[i]);
+        ck_assert_ptr_eq(vmt_reg_addr(r), base + 2 * i * page);
+        vmt_put(r);
+    }
+    ck_assert_uint_eq(stats_of(fx.cache).registrations, N + (N + 2) / 3);
+    ck_assert_uint_eq(atomic_load(&fx.fake.deregs), (N + 2) / 3);
+    munmap(base, 2 * N * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *const cases[] = {hit_and_miss, index_many, NULL};
+    return check_run_cases("cache lookup", 60, cases);
+}

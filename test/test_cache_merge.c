@@ -1,0 +1,100 @@
+/* Registrations that grow: ranges that touch merge into one registration of the union
+ * (not across a hole, not with VMT_CACHE_NO_MERGE), and a get that asks for more rights
+ * upgrades the registration while the old one stays registered until its last put. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "lib/vmt_test.h"
+
+START_TEST(merge_and_no_merge)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *base = map_anon(8 * page);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    vmt_put(get_ok(fx.dev, base + 2 * page, page, VMT_ACCESS_READ));
+    /* Touches both: one registration of the union replaces them. */
+    struct vmt_reg *u = get_ok(fx.dev, base + page, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(u), base);
+    ck_assert_uint_eq(vmt_reg_len(u), 3 * page);
+    vmt_put(u);
+    struct vmt_stats s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.entries, 1);
+    ck_assert_uint_eq(s.merges, 1);
+    ck_assert_int_eq(atomic_load(&fx.fake.live), 1);
+    /* A union keeps the rights of what it absorbed: READ on #0, WRITE on #1 touching it, then
+     * READ on #0 again is a hit on the union. */
+    vmt_flush(fx.cache);
+    long before = atomic_load(&fx.fake.regs);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    struct vmt_reg *rw = get_ok(fx.dev, base + page, page, VMT_ACCESS_WRITE);
+    ck_assert_uint_eq(vmt_reg_access(rw), VMT_ACCESS_READ | VMT_ACCESS_WRITE);
+    vmt_put(rw);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&fx.fake.regs), before + 2);
+    /* The union is not merged across a hole. */
+    munmap(base + 4 * page, page);
+    struct vmt_reg *v = get_ok(fx.dev, base + 5 * page, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(v), base + 5 * page);
+    vmt_put(v);
+    ck_assert_uint_eq(stats_of(fx.cache).entries, 2);
+    fixture_close(&fx);
+
+    fixture_open_limited(&fx, "none", 0, 0, VMT_CACHE_NO_MERGE, 0);
+    vmt_put(get_ok(fx.dev, base, page, VMT_ACCESS_READ));
+    struct vmt_reg *w = get_ok(fx.dev, base + page, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(w), base + page);
+    ck_assert_uint_eq(vmt_reg_len(w), page);
+    vmt_put(w);
+    ck_assert_uint_eq(stats_of(fx.cache).entries, 2);
+    ck_assert_uint_eq(stats_of(fx.cache).merges, 0);
+    munmap(base, 4 * page);
+    munmap(base + 5 * page, 3 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+START_TEST(access_upgrade)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(2 * page);
+    struct vmt_reg *ro = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+    struct vmt_reg *rw = get_ok(fx.dev, buf, page, VMT_ACCESS_WRITE);
+    ck_assert_ptr_ne(ro, rw);
+    ck_assert_uint_eq(vmt_reg_access(rw), VMT_ACCESS_READ | VMT_ACCESS_WRITE);
+    ck_assert_uint_eq(((struct fake_reg *)vmt_reg_handle(rw))->access, VMT_ACCESS_READ | VMT_ACCESS_WRITE);
+    /* The old one is still held: still registered until its put. */
+    ck_assert_int_eq(atomic_load(&fx.fake.live), 2);
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 0);
+    vmt_put(ro);
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 1);
+    /* Reads now hit the upgraded registration. */
+    struct vmt_reg *again = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(again, rw);
+    vmt_put(again);
+    vmt_put(rw);
+    struct vmt_stats s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.upgrades, 1);
+    ck_assert_uint_eq(s.registrations, 2);
+    munmap(buf, 2 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *const cases[] = {merge_and_no_merge, access_upgrade, NULL};
+    return check_run_cases("cache merge", 60, cases);
+}
