@@ -88,3 +88,10 @@ XFAIL_TESTS += test/test_cache_bugs
 test_test_cache_bugs_SOURCES = test/test_cache_bugs.c test/check_run.h
 test_test_cache_bugs_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_test_cache_bugs_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+
+# Fault injection: a device that fails at random and is slow, under threads that unmap.
+check_PROGRAMS += test/test_faults
+TESTS += test/test_faults
+test_test_faults_SOURCES = test/test_faults.c test/check_run.h
+test_test_faults_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_faults_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
