@@ -33,12 +33,6 @@ constexpr size_t kRegionBytes = 64 * 1024;
 constexpr size_t kStride = 128 * 1024;
 constexpr size_t kIdxTable = 1 << 16;  // random region numbers, cycled
 
-int null_reg(void *, void *addr, size_t, unsigned, void **handle)
-{
-    *handle = addr;
-    return 0;
-}
-void null_dereg(void *, void *) {}
 
 struct Options {
     bool json = false;
@@ -347,7 +341,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
         if (opt.json)
             printf("{\"misses\":%s}\n", miss_json.c_str());
         else
-            print_rows(opt, miss_rows, ("Misses: tracker " + mo.tracker + ", null device, " +
+            print_rows(opt, miss_rows, ("Misses: tracker " + mo.tracker + ", null device (checks mapped, like io_uring), " +
                                         "cache limited to 512 entries, medians of " +
                                         std::to_string(reps) + " runs").c_str());
         return 0;
@@ -560,7 +554,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
            "medians of %d runs\n", vmt_version(), tracker_used, hits, reps);
     print_rows(opt, rows, "Cache");
     print_rows(opt, miss_rows, ("Misses, eviction, buffers used once: tracker " + mo.tracker +
-                                ", null device, cache limited to 512 entries").c_str());
+                                ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
     printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
     for (const auto &t : per_tracker) {
         if (t.ns < 0)

@@ -4,6 +4,7 @@
 #define VMTRACK_BENCH_UTIL_H
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,6 +31,14 @@ inline std::string fmt(double v, int prec = 1)
 }
 
 inline std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
+
+// The null device: registers nothing, so that what is measured is the cache.
+inline int null_reg(void *, void *addr, size_t, unsigned, void **handle)
+{
+    *handle = addr;
+    return 0;
+}
+inline void null_dereg(void *, void *) {}
 
 // Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output.
 // 0, or a negative errno (the helper is missing, failed, or printed something else).

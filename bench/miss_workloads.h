@@ -27,7 +27,7 @@ enum miss_workload {
 #define MISS_CACHE_LIMIT 512u   /* entries (vmtrack) and max_regions (UCX) for these workloads */
 
 struct miss_result {
-    double ns_per_op;        /* wall time per get+put, per thread (MISS_ONCE: median iteration) */
+    double ns_per_op;        /* CPU time per get+put, per thread (MISS_ONCE: median iteration) */
     double once_without_ns;  /* MISS_ONCE: the median iteration of the loop without the cache */
     double ops_per_sec;      /* all threads together, by wall time */
     double ops_per_cpu_sec;  /* summed over threads, each by its own CPU time (no steal) */
