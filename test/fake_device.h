@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <vmtrack.h>
@@ -78,6 +79,7 @@ static void fake_init(struct fake_device *f, size_t max_regions)
     atomic_init(&f->live, 0);
     atomic_init(&f->reg_delay_us, 0);
     f->max_live = 0;
+    memset(&f->ops, 0, sizeof f->ops);  /* fields it does not name (flags) must be 0 */
     f->ops.sz = sizeof f->ops;
     f->ops.name = "fake";
     f->ops.reg = fake_reg_fn;

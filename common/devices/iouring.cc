@@ -173,6 +173,7 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
         ctx->ops.dereg = iou_dereg;
         ctx->ops.max_regions = slots;
         ctx->ops.max_region_bytes = kMaxBufferBytes;
+        ctx->ops.flags = VMT_DEVICE_CHECKS_MAPPED;  // pinning fails with -EFAULT on a hole
         created = true;
     }
     int ret = vmt_device_attach(cache, &ctx->ops, ctx, out);
