@@ -84,7 +84,6 @@ EXTRA_DIST += test/check_cli.sh doc/scenarios.md
 # limit eviction, the subscriber lock across fork).
 check_PROGRAMS += test/test_cache_bugs
 TESTS += test/test_cache_bugs
-XFAIL_TESTS += test/test_cache_bugs
 test_test_cache_bugs_SOURCES = test/test_cache_bugs.c test/check_run.h
 test_test_cache_bugs_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_test_cache_bugs_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread

@@ -212,8 +212,12 @@ private:
     void lru_unlink(Entry *e) noexcept;
     size_t evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept;
     bool over_limits(Device *dev, size_t adding) const noexcept;
+    // At its own limit even once `leaving` of its registrations are deregistered.
+    bool device_full(const Device *dev, size_t leaving) const noexcept;
 
     void reclaim() noexcept;
+    void reclaim_pass() noexcept;
+    size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     void release_entries(Entry *list) noexcept;            // and its part after
     // The device call and the counters of a deregistration of `len` bytes (no lock needed).

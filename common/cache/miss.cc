@@ -293,9 +293,10 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
     if (rc < 0) {
         if (!plan->base)
             tracker_->unwatch(u0, u1 - u0, plan->watch);
-        // A neighbour we merged with went away after the mapped check: the request itself
-        // may still be fine.
-        if (rc == -EFAULT && (u0 < a0 || u1 > a1))
+        // A neighbour we merged with may have gone away after the mapped check, and a device
+        // may say so with any error (Open MPI's BTLs say -EIO): the request alone may still
+        // register. An upgrade (base) registers the cached range, not a union.
+        if (!plan->base && (u0 < a0 || u1 > a1))
             return kMissUnmerged;
         return rc;
     }
