@@ -50,8 +50,15 @@ static __thread unsigned t_seed;
 
 static int fault_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
 {
-    (void)ctx; (void)access;
+    (void)access;
     uint64_t began = atomic_fetch_add(&g_clock, 1) + 1;
+    /* A device that says VMT_DEVICE_CHECKS_MAPPED (ctx non-NULL) fails on a hole itself, as
+     * pinning does: the cache then makes no mapped check of its own. */
+    if (ctx && msync(addr, len, MS_ASYNC) != 0) {
+        if (t_ninjected < MAX_INJECTED)
+            t_injected[t_ninjected++] = -EFAULT;
+        return -EFAULT;
+    }
     unsigned roll = (unsigned)rand_r(&t_seed);
     if (roll % 6 == 0) {
         int err = injected_errors[(roll / 6) % (sizeof injected_errors / sizeof injected_errors[0])];
@@ -209,7 +216,7 @@ static void *worker_main(void *arg)
 }
 
 /* tracks: the tracker sees unmaps (else the run is the positive control: it must see stale). */
-static void run_stress(const char *tracker, int tracks)
+static void run_stress(const char *tracker, int tracks, int checks_mapped)
 {
     struct vmt_cache_opts o;
     memset(&o, 0, sizeof o);
@@ -230,9 +237,11 @@ static void run_stress(const char *tracker, int tracks)
     ops.reg = fault_reg;
     ops.dereg = fault_dereg;
     ops.max_regions = 40;
+    ops.flags = checks_mapped ? VMT_DEVICE_CHECKS_MAPPED : 0;
     static struct stress s;
     memset(&s, 0, sizeof s);
-    ck_assert_int_eq(vmt_device_attach(c, &ops, NULL, &s.dev), 0);
+    static int device_ctx;
+    ck_assert_int_eq(vmt_device_attach(c, &ops, checks_mapped ? &device_ctx : NULL, &s.dev), 0);
     size_t slot_bytes = SLOT_PAGES * PAGE, n = THREADS * SLOTS_PER_THREAD;
     s.arena = mmap(NULL, n * slot_bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -283,13 +292,17 @@ static void run_stress(const char *tracker, int tracks)
             munmap(s.slots[i].addr, slot_bytes);
 }
 
-START_TEST(faults_hooks) { run_stress("hooks", 1); }
+START_TEST(faults_hooks) { run_stress("hooks", 1, 0); }
 END_TEST
-START_TEST(faults_uffd) { run_stress("uffd", 1); }
+START_TEST(faults_hooks_device_checks) { run_stress("hooks", 1, 1); }
 END_TEST
-START_TEST(faults_pass) { run_stress("pass", 1); }
+START_TEST(faults_uffd) { run_stress("uffd", 1, 0); }
 END_TEST
-START_TEST(faults_none_finds_stale) { run_stress("none", 0); }
+START_TEST(faults_uffd_device_checks) { run_stress("uffd", 1, 1); }
+END_TEST
+START_TEST(faults_pass) { run_stress("pass", 1, 1); }
+END_TEST
+START_TEST(faults_none_finds_stale) { run_stress("none", 0, 0); }
 END_TEST
 
 int main(void)
@@ -298,7 +311,9 @@ int main(void)
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, faults_hooks);
+    tcase_add_test(tc, faults_hooks_device_checks);
     tcase_add_test(tc, faults_uffd);
+    tcase_add_test(tc, faults_uffd_device_checks);
     tcase_add_test(tc, faults_pass);
     tcase_add_test(tc, faults_none_finds_stale);
     suite_add_tcase(s, tc);
