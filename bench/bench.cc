@@ -19,28 +19,28 @@
 #include <thread>
 #include <vector>
 
+#include "bench_miss.h"
+#include "bench_util.h"
 #include "commands.h"
 #include "tracker_bench.h"
 #include "vmtrack.h"
 
 namespace {
 
+using namespace vmt_bench;
+
 constexpr size_t kRegionBytes = 64 * 1024;
 constexpr size_t kStride = 128 * 1024;
 constexpr size_t kIdxTable = 1 << 16;  // random region numbers, cycled
 
-int null_reg(void *, void *addr, size_t, unsigned, void **handle)
-{
-    *handle = addr;
-    return 0;
-}
-void null_dereg(void *, void *) {}
 
 struct Options {
     bool json = false;
     bool compare_ucx = false;
     bool quick = false;
+    bool misses_only = false;
     std::string tracker = "none";
+    bool tracker_given = false;
 };
 
 double now_ns()
@@ -191,11 +191,6 @@ HitResult run_hits(Bench &b, const std::vector<uint32_t> &subset, size_t hits, i
     return HitResult{sum / threads / (double)hits, (double)hits * threads / wall * 1e9, per_cpu_sec};
 }
 
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 std::vector<uint32_t> all_regions(size_t n)
 {
@@ -205,9 +200,6 @@ std::vector<uint32_t> all_regions(size_t n)
     return v;
 }
 
-struct Row {
-    std::string name, value, unit, target, verdict;
-};
 
 void print_rows(const Options &opt, const std::vector<Row> &rows, const char *title)
 {
@@ -220,12 +212,6 @@ void print_rows(const Options &opt, const std::vector<Row> &rows, const char *ti
                r.target.c_str(), r.verdict.c_str());
 }
 
-std::string fmt(double v, int prec = 1)
-{
-    char buf[64];
-    snprintf(buf, sizeof buf, "%.*f", prec, v);
-    return buf;
-}
 
 // The share of all CPUs' time that /proc/stat counts as stolen by the hypervisor.
 struct CpuSteal {
@@ -253,12 +239,24 @@ struct CpuSteal {
     }
 };
 
-std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
+int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, double *ns, double *rate,
+            double *cpu_rate)
+{
+    double out[3] = {0, 0, 0};
+    int rc = run_ucx_helper(std::to_string(regions) + " " + std::to_string(region_bytes) + " " +
+                                std::to_string(hits) + " " + std::to_string(threads),
+                            out, 3);
+    *ns = out[0];
+    *rate = out[1];
+    *cpu_rate = out[2];
+    return rc;
+}
+
+}  // namespace
 
 // UCX runs in its own process (bench/bench_ucx_main.c): loading libucm patches libc, which
 // would change what this process measures and take the hooks tracker away.
-int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, double *ns, double *rate,
-            double *cpu_rate)
+int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count)
 {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -282,17 +280,16 @@ int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, doubl
                         "without UCX?)\n", VMT_PKGLIBEXECDIR);
         return -ENOENT;
     }
-    std::string cmd = prog + " " + std::to_string(regions) + " " + std::to_string(region_bytes) +
-                      " " + std::to_string(hits) + " " + std::to_string(threads);
+    std::string cmd = prog + " " + args;
     FILE *p = popen(cmd.c_str(), "r");
     if (!p)
         return -errno;
-    int got = fscanf(p, "%lf %lf %lf", ns, rate, cpu_rate);
+    int got = 0;
+    while (got < count && fscanf(p, "%lf", &out[got]) == 1)
+        got++;
     int st = pclose(p);
-    return got == 3 && st == 0 ? 0 : -EIO;
+    return got == count && st == 0 ? 0 : -EIO;
 }
-
-}  // namespace
 
 extern "C" int vmtrack_cmd_bench(int argc, char **argv)
 {
@@ -304,23 +301,49 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
             opt.compare_ucx = true;
         else if (!strcmp(argv[i], "--quick"))
             opt.quick = true;
-        else if (!strcmp(argv[i], "--tracker") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--misses"))
+            opt.misses_only = true;
+        else if (!strcmp(argv[i], "--tracker") && i + 1 < argc) {
             opt.tracker = argv[++i];
-        else {
+            opt.tracker_given = true;
+        } else {
             fprintf(stderr, "vmtrack bench: unknown option \"%s\"\n"
-                            "usage: vmtrack bench [--json] [--compare-ucx] [--quick] [--tracker NAME]\n",
+                            "usage: vmtrack bench [--json] [--compare-ucx] [--quick] [--misses] [--tracker NAME]\n",
                     argv[i]);
             return 2;
         }
     }
     const size_t hits = opt.quick ? 2000000 : 20000000;
     const size_t big = opt.quick ? 200000 : 1000000;
+    int rc;
     const int reps = opt.quick ? 5 : 9;
     std::vector<Row> rows;
 
+    // ---- misses, eviction, buffers used once (with hooks unless a tracker is named) ----
+    MissBenchOptions mo;
+    mo.quick = opt.quick;
+    mo.compare_ucx = opt.compare_ucx;
+    mo.tracker = opt.tracker_given ? opt.tracker : "hooks";
+    std::vector<Row> miss_rows;
+    std::string miss_json;
+    rc = bench_misses(mo, &miss_rows, &miss_json);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: the miss workloads failed: %s\n", vmt_strerror(rc));
+        return 1;
+    }
+    if (opt.misses_only) {
+        if (opt.json)
+            printf("{\"misses\":%s}\n", miss_json.c_str());
+        else
+            print_rows(opt, miss_rows, ("Misses: tracker " + mo.tracker + ", null device (checks mapped, like io_uring), " +
+                                        "cache limited to 512 entries, medians of " +
+                                        std::to_string(reps) + " runs").c_str());
+        return 0;
+    }
+
     // ---- 1024 regions: one thread, two threads, alternated, medians ----
     Bench b;
-    int rc = b.open(opt.tracker.c_str(), 1024);
+    rc = b.open(opt.tracker.c_str(), 1024);
     if (rc) {
         fprintf(stderr, "vmtrack bench: cannot create a cache with tracker %s: %s\n",
                 opt.tracker.c_str(), vmt_strerror(rc));
@@ -399,12 +422,23 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     for (size_t i = 0; i < 1024; i++)
         spread[i] = (uint32_t)(i * (big / 1024));
     run_hits(m, spread, hits / 10, 1);
-    std::vector<double> big_hot, big_all;
+    std::vector<double> big_hot, big_all, big_ucx, big_ratios;
+    bool big_ucx_ok = ucx_ok;
     for (int r = 0; r < reps; r++) {
         big_hot.push_back(run_hits(m, spread, hits, 1).ns_per_hit);
+        // UCX's rcache with the same 10^6 regions, hit at random over all, paired.
+        double uns = 0, urate = 0, ucpu = 0;
+        if (big_ucx_ok && run_ucx(big, kRegionBytes, hits / 4, 1, &uns, &urate, &ucpu))
+            big_ucx_ok = false;
         big_all.push_back(run_hits(m, all_regions(big), hits / 4, 1).ns_per_hit);
+        if (big_ucx_ok) {
+            big_ucx.push_back(uns);
+            big_ratios.push_back(big_all.back() / uns);
+        }
     }
     double hit_big_hot = median(big_hot), hit_big_all = median(big_all);
+    double big_ucx_ns = big_ucx_ok ? median(big_ucx) : -1;
+    double big_ucx_ratio = big_ucx_ok ? median(big_ratios) : -1;
     m.close();
 
     // ---- hit cost with each tracker available here ----
@@ -470,6 +504,11 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                     "<= 2x 1024 = " + fmt(2 * hit1) + " ns", verdict(hit_big_hot <= 2 * hit1)});
     rows.push_back({"hit, 10^6 cached, random over all (DRAM-bound)", fmt(hit_big_all), "ns",
                     "(reported)", ""});
+    if (big_ucx_ns > 0) {
+        rows.push_back({"UCX 1.13, 10^6 cached, random over all", fmt(big_ucx_ns), "ns", "(baseline)", ""});
+        rows.push_back({"hit 10^6 random / UCX's (median of paired runs)", fmt(big_ucx_ratio, 2), "x",
+                        "(reported)", ""});
+    }
     rows.push_back({"memory per cached entry (RSS growth / entries)", fmt(bytes_per_entry, 0), "bytes",
                     "<= 128", verdict(bytes_per_entry <= 128)});
     rows.push_back({"miss beyond the device's own registration", fmt(miss_again_ns, 0), "ns",
@@ -483,10 +522,10 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                "\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,"
                "\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,"
                "\"hit_1e6_all_ns\":%.2f,\"bytes_per_entry\":%.1f,\"miss_ns\":%.1f,"
-               "\"regions_large\":%zu,\"trackers\":[",
+               "\"hit_1e6_all_ucx_ns\":%.2f,\"regions_large\":%zu,\"misses\":%s,\"trackers\":[",
                tracker_used, hit1, scaling, cpu_scaling, ucx1, ucx_scaling, ucx_cpu_scaling,
                ucx_ratio, call_floor, floor_scaling, floor_cpu_scaling, steal_share, hit_big_hot,
-               hit_big_all, bytes_per_entry, miss_again_ns, big);
+               hit_big_all, bytes_per_entry, miss_again_ns, big_ucx_ns, big, miss_json.c_str());
         bool first = true;
         for (const auto &t : per_tracker) {
             printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
@@ -507,6 +546,8 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     printf("vmtrack %s bench: tracker %s, null device, 64 KiB regions, %zu hits per run, "
            "medians of %d runs\n", vmt_version(), tracker_used, hits, reps);
     print_rows(opt, rows, "Cache");
+    print_rows(opt, miss_rows, ("Misses, eviction, buffers used once: tracker " + mo.tracker +
+                                ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
     printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
     for (const auto &t : per_tracker) {
         if (t.ns < 0)

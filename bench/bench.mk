@@ -6,11 +6,12 @@
 # libc); a helper of the command, so it goes to libexec.
 if HAVE_UCX
 pkglibexec_PROGRAMS = vmtrack-ucx-bench
-vmtrack_ucx_bench_SOURCES = bench/bench_ucx_main.c bench/bench_ucx.c tools/commands.h
-vmtrack_ucx_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(UCX_CFLAGS)
+vmtrack_ucx_bench_SOURCES = bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c \
+	bench/miss_workloads.c bench/miss_workloads.h tools/commands.h
+vmtrack_ucx_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools -I$(top_srcdir)/bench $(UCX_CFLAGS)
 vmtrack_ucx_bench_LDADD = $(UCX_LIBS) -lpthread
 else
-EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c
+EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c
 endif
 
 # What each user-space tracker adds to munmap: ./bench/bench_trackers

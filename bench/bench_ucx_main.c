@@ -1,15 +1,38 @@
 /* vmtrack-ucx-bench: runs the UCX side of `vmtrack bench --compare-ucx` in its own process,
  * because loading UCX's libucm patches libc's mmap, and vmtrack's hooks tracker then (rightly)
- * refuses to stack on it. Prints "ns_per_hit hits_per_sec hits_per_cpu_sec". */
+ * refuses to stack on it.
+ *   vmtrack-ucx-bench REGIONS REGION_BYTES HITS THREADS
+ *       the hit workload; prints "ns_per_hit hits_per_sec hits_per_cpu_sec"
+ *   vmtrack-ucx-bench miss WORKLOAD OPS THREADS
+ *       a miss workload (bench/miss_workloads.h); prints "ns_per_op ops_per_sec
+ *       ops_per_cpu_sec ns_per_op_without_cache" */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "commands.h"
 
+static int run_miss(int argc, char **argv)
+{
+    size_t ops = argc == 5 ? strtoull(argv[3], NULL, 10) : 0;
+    int threads = argc == 5 ? atoi(argv[4]) : 0;
+    if (!ops || threads < 1) {
+        fprintf(stderr, "usage: vmtrack-ucx-bench miss WORKLOAD OPS THREADS\n");
+        return 2;
+    }
+    double out[4];
+    if (vmtrack_bench_ucx_miss(argv[2], ops, threads, out))
+        return 1;
+    printf("%.3f %.1f %.1f %.3f\n", out[0], out[1], out[2], out[3]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "miss") == 0)
+        return run_miss(argc, argv);
     if (argc != 5) {
-        fprintf(stderr, "usage: vmtrack-ucx-bench REGIONS REGION_BYTES HITS THREADS\n");
+        fprintf(stderr, "usage: vmtrack-ucx-bench REGIONS REGION_BYTES HITS THREADS\n"
+                        "       vmtrack-ucx-bench miss WORKLOAD OPS THREADS\n");
         return 2;
     }
     struct vmtrack_ucx_bench b;

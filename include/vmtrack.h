@@ -125,7 +125,15 @@ struct vmt_device_ops {
     void (*dereg)(void *ctx, void *handle);
     size_t max_regions;       /* 0: no limit of the device's own */
     size_t max_region_bytes;  /* 0: no limit */
+    /* (Extension) VMT_DEVICE_* flags; a caller whose sz ends before this field has none.
+     * Zero the whole struct before filling it in: fields added later must read as 0. */
+    unsigned flags;
 };
+/* The device's reg fails with -EFAULT when any page of the range is not mapped (io_uring fixed
+ * buffers and verbs memory regions pin the pages, and pinning finds the hole). The cache then
+ * lets that failure be its check that memory is mapped, and makes no system call of its own
+ * for it on a miss. A device that may succeed on unmapped memory must not set it. */
+#define VMT_DEVICE_CHECKS_MAPPED 0x1u
 
 /* Attach a device to a cache. Attaching the same (ops->reg, ctx) pair again returns the same
  * device with its reference count raised, so two libraries that share a PD share registrations.

@@ -169,3 +169,16 @@ test_test_stress_none_LDADD = $(SCENARIO_LDADD)
 # The command line of `vmtrack check`; the library's exports against the public headers.
 TESTS += test/check_cli.sh test/check_exports.sh
 EXTRA_DIST += test/check_cli.sh test/check_exports.sh doc/scenarios.md
+
+# Regression tests of bugs found while measuring the miss path (a merge racing an unmap, detach
+# with nested puts, device-limit eviction, the subscriber lock across fork).
+check_PROGRAMS += test/test_cache_bugs
+TESTS += test/test_cache_bugs
+test_test_cache_bugs_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_bugs_LDADD = $(TEST_LDADD)
+
+# Fault injection: a device that fails at random and is slow, under threads that unmap.
+check_PROGRAMS += test/test_faults
+TESTS += test/test_faults
+test_test_faults_CFLAGS = $(TEST_CFLAGS)
+test_test_faults_LDADD = $(TEST_LDADD)

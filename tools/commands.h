@@ -21,6 +21,10 @@ struct vmtrack_ucx_bench {
 };
 /* 0, or a negative errno with a message on stderr; -ENOSYS when built without UCX. */
 int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b);
+/* One run of a miss workload of bench/miss_workloads.h ("fresh-apart", ...) on UCX's rcache
+ * (bench/bench_ucx_miss.c): out[] = ns per operation, operations per second, per CPU second,
+ * and for "once" the ns per iteration of the same loop without a cache. 0 or a negative errno. */
+int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[4]);
 #ifdef __cplusplus
 }
 #endif

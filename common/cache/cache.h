@@ -160,6 +160,7 @@ private:
         uint64_t mark;           // inval_count_ when planned
         WatchToken watch;        // a new entry's watch (register_plan)
         void *handle;            // the device's registration (register_plan)
+        bool union_known_mapped; // all the union adds to the request is cached and valid
     };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
     // Under the lock. true: another thread registered the range meanwhile (hold taken, *out).
@@ -212,8 +213,16 @@ private:
     void lru_unlink(Entry *e) noexcept;
     size_t evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept;
     bool over_limits(Device *dev, size_t adding) const noexcept;
+    // At its own limit even once `leaving` of its registrations are deregistered.
+    bool device_full(const Device *dev, size_t leaving) const noexcept;
+    static bool device_checks_mapped(const Device *dev) noexcept
+    {
+        return dev->ops.flags & VMT_DEVICE_CHECKS_MAPPED;
+    }
 
     void reclaim() noexcept;
+    void reclaim_pass() noexcept;
+    size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     void release_entries(Entry *list) noexcept;            // and its part after
     // The device call and the counters of a deregistration of `len` bytes (no lock needed).
@@ -242,6 +251,7 @@ private:
     const std::atomic<uint32_t> *words_ = nullptr;
     const std::atomic<uint32_t> *always_valid_ = nullptr;  // words_ of trackers without words
     bool caching_ = true;
+    bool tracked_ = true;  // the tracker sees unmaps: a valid cached range is mapped
     unsigned stat_slot_ = ~0u;
     RangeIndex index_;
 

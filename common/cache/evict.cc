@@ -49,13 +49,22 @@ void Cache::lru_unlink(Entry *e) noexcept
     e->lru_prev = e->lru_next = nullptr;
 }
 
+bool Cache::device_full(const Device *dev, size_t leaving) const noexcept
+{
+    return dev->ops.max_regions && dev->regions > leaving &&
+           dev->regions - leaving + 1 > dev->ops.max_regions;
+}
+
 size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
 {
     size_t evicted = 0;
+    // The device's registrations retired here: its count drops only when they are
+    // deregistered (reclaim), but they are on their way out and make room already.
+    size_t dev_leaving = 0;
     size_t budget = 2 * entry_count_ + 2;
     while (lru_tail_ && budget--) {
         bool need = evicted < want || over_limits(nullptr, 0) ||
-                    (for_dev && over_limits(for_dev, 1) && for_dev->regions > 0);
+                    (for_dev && device_full(for_dev, dev_leaving));
         if (!need)
             break;
         Entry *e = lru_tail_;
@@ -74,6 +83,8 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
         remove_entry(e);
         counts_.evictions.fetch_add(1, std::memory_order_relaxed);
         evicted++;
+        if (for_dev && has_dev)
+            dev_leaving++;  // an entry has at most one registration per device
     }
     return evicted;
 }

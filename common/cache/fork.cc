@@ -60,6 +60,10 @@ void Cache::child_after_fork() noexcept
         // (their objects stay allocated and are never reused here).
         new (&c->lock_) std::mutex();
         new (&c->reclaim_lock_) std::mutex();
+        // A thread of the parent may have been in a subscriber's callback, holding this
+        // for reading: that thread is not here.
+        pthread_rwlock_t unlocked = PTHREAD_RWLOCK_INITIALIZER;
+        memcpy(static_cast<void *>(&c->subs_lock_), &unlocked, sizeof unlocked);
         new (&c->fork_fixup_lock_) std::mutex();
         c->write_depth_ = 0;
         new (&c->unmap_done_) std::condition_variable();

@@ -84,6 +84,7 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     c->words_ = c->tracker_->words();
     c->always_valid_ = Tracker::always_valid_words();
     c->caching_ = c->tracker_->caches();
+    c->tracked_ = strcmp(c->tracker_->name(), "none") != 0;
     c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
     c->max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
     c->max_bytes_ = opts && opts->max_bytes ? opts->max_bytes : default_max_bytes();
@@ -211,27 +212,7 @@ void Cache::detach(Device *dev)
     reclaim();
     // The device goes away now: what is still held is deregistered anyway (its holders will be
     // told at their vmt_put), since the device may be destroyed right after this returns.
-    size_t held = 0;
-    std::lock_guard<std::mutex> rl(reclaim_lock_);
-    for (;;) {
-        Reg *victim = nullptr;
-        {
-            std::lock_guard<std::mutex> g(lock_);
-            for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
-                if (r->dev.load(std::memory_order_relaxed) == dev &&
-                    reg_state(r) == kRegRetired) {
-                    victim = r;
-                    break;
-                }
-            if (victim)
-                reg_set_state(victim, kRegDead);
-        }
-        if (!victim)
-            break;
-        held++;
-        Entry *e = victim->entry.load(std::memory_order_relaxed);
-        deregister(dev, victim->handle.load(std::memory_order_relaxed), e->end.load() - e->start.load());
-    }
+    size_t held = deregister_held(dev);
     if (held)
         VMT_LOG_WARN("vmt_device_detach(%s): %zu registrations were still held; they were "
                      "deregistered now and a later vmt_put of them is an error",

@@ -9,7 +9,10 @@
 // it is served uncached). An upgrade checks that its base entry is still the same range in the
 // index, since it may have been freed and reused meanwhile. Unmaps that skip the lock cannot
 // race a miss at all (Cache::MissInProgress). Device calls, tracker watches and the mapped
-// check run without the lock: they may block or unmap memory.
+// check run without the lock: they may block or unmap memory. The mapped check is no system
+// call of the cache's where the device checks (VMT_DEVICE_CHECKS_MAPPED), and otherwise covers
+// only the request: the cached neighbours a union absorbs are mapped while the tracker (one
+// that sees unmaps) keeps them valid, and one unmapped meanwhile makes the insert fail.
 #include "config.h"
 #include "cache/cache.h"
 
@@ -107,7 +110,7 @@ int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
 
 int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
 {
-    if (!range_mapped(a0, a1))
+    if (!device_checks_mapped(dev) && !range_mapped(a0, a1))
         return -EFAULT;
     int rc = check_region_bytes(dev, a0, a1);
     if (rc < 0)
@@ -204,7 +207,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                       ThreadRecord *t, Plan *plan, Reg **out) noexcept
 {
-    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr};
+    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false};
     bool evicted = false;
     {
         std::unique_lock<std::mutex> g(lock_);
@@ -249,10 +252,13 @@ void Cache::plan_union(Device *dev, Plan *plan) noexcept
     const uintptr_t a0 = plan->start;
     uintptr_t u0 = plan->start, u1 = plan->end;
     unsigned merged_acc = 0;
+    bool known = tracked_;  // what the union adds is cached and valid, so it is mapped
     auto absorb = [&](Entry *x) {
         for (Reg *r = x->regs.load(); r; r = r->next.load())
             if (r->dev.load() == dev)
                 merged_acc |= reg_access(r);
+        if (watch_changed(x))
+            known = false;  // the tracker says its pages changed
     };
     Entry *p = static_cast<Entry *>(index_.floor(a0));
     if (p && p->end.load() >= a0) {
@@ -270,6 +276,7 @@ void Cache::plan_union(Device *dev, Plan *plan) noexcept
     plan->start = u0;
     plan->end = u1;
     plan->access |= merged_acc;
+    plan->union_known_mapped = known;
 }
 
 int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept
@@ -282,20 +289,27 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
         if (rc < 0)
             return rc;
     }
-    if (!range_mapped(u0, u1)) {
-        if (!plan->base)
+    // The mapped check is the device's own registration where it makes one (it then fails
+    // with -EFAULT, and nothing is cached). Otherwise only what is not known to be mapped is
+    // checked: the request, or the whole union if some of what it absorbs may not be. A
+    // cached range registered again for more rights (base) is known to be mapped.
+    if (!plan->base && !device_checks_mapped(dev)) {
+        bool whole = !plan->union_known_mapped;
+        if (!range_mapped(whole ? u0 : a0, whole ? u1 : a1)) {
             tracker_->unwatch(u0, u1 - u0, plan->watch);
-        if (u0 == a0 && u1 == a1)
-            return -EFAULT;
-        return kMissUnmerged;  // the union has a hole: register just the request
+            if (!whole || (u0 == a0 && u1 == a1))
+                return -EFAULT;
+            return kMissUnmerged;  // the union has a hole: register just the request
+        }
     }
     int rc = reg_evicting(dev, u0, u1, plan->access, plan->base, may_evict, &plan->handle);
     if (rc < 0) {
         if (!plan->base)
             tracker_->unwatch(u0, u1 - u0, plan->watch);
-        // A neighbour we merged with went away after the mapped check: the request itself
-        // may still be fine.
-        if (rc == -EFAULT && (u0 < a0 || u1 > a1))
+        // A neighbour we merged with may have gone away after the mapped check, and a device
+        // may say so with any error (Open MPI's BTLs say -EIO): the request alone may still
+        // register. An upgrade (base) registers the cached range, not a union.
+        if (!plan->base && (u0 < a0 || u1 > a1))
             return kMissUnmerged;
         return rc;
     }

@@ -22,6 +22,9 @@ namespace {
 // Initial-exec, like t_record: the default TLS model in a shared library costs a
 // __tls_get_addr call per use.
 __thread bool t_in_reclaim __attribute__((tls_model("initial-exec"))) = false;
+// A reclaim asked for while this thread reclaims (a put from a device's dereg): run again.
+__thread bool t_reclaim_again __attribute__((tls_model("initial-exec"))) = false;
+constexpr int kReclaimPasses = 4;  // bounds the passes of one reclaim() such puts can cause
 }  // namespace
 
 void Cache::retire(Reg *r) noexcept
@@ -137,10 +140,69 @@ void Cache::put(Reg *r, bool hold_released)
 
 void Cache::reclaim() noexcept
 {
-    if (t_in_reclaim || !limbo_nonempty_.load(std::memory_order_acquire))
+    if (t_in_reclaim) {
+        t_reclaim_again = true;  // the pass running in this thread repeats when it is done
+        return;
+    }
+    if (!limbo_nonempty_.load(std::memory_order_acquire))
         return;
     t_in_reclaim = true;
-    std::lock_guard<std::mutex> rl(reclaim_lock_);
+    {
+        std::lock_guard<std::mutex> rl(reclaim_lock_);
+        for (int pass = 0; pass < kReclaimPasses; pass++) {
+            t_reclaim_again = false;
+            reclaim_pass();
+            if (!t_reclaim_again)
+                break;
+        }
+    }
+    t_reclaim_again = false;
+    t_in_reclaim = false;
+}
+
+// For detach: the device's registrations that are retired but still held are deregistered
+// now (the device may be destroyed when detach returns). A dereg may put a registration of
+// another device of this cache (stacked caches): its reclaim runs after this, not inside it
+// (which would wait for reclaim_lock_ held here).
+size_t Cache::deregister_held(Device *dev) noexcept
+{
+    size_t held = 0;
+    {
+        std::lock_guard<std::mutex> rl(reclaim_lock_);
+        t_in_reclaim = true;
+        t_reclaim_again = false;
+        for (;;) {
+            Reg *victim = nullptr;
+            {
+                std::lock_guard<std::mutex> g(lock_);
+                for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
+                    if (r->dev.load(std::memory_order_relaxed) == dev &&
+                        reg_state(r) == kRegRetired) {
+                        victim = r;
+                        break;
+                    }
+                if (victim)
+                    reg_set_state(victim, kRegDead);
+            }
+            if (!victim)
+                break;
+            held++;
+            Entry *e = victim->entry.load(std::memory_order_relaxed);
+            deregister(dev, victim->handle.load(std::memory_order_relaxed),
+                       e->end.load() - e->start.load());
+        }
+        t_in_reclaim = false;
+    }
+    if (t_reclaim_again) {
+        t_reclaim_again = false;
+        reclaim();
+    }
+    return held;
+}
+
+// One pass: everything in limbo_ now, behind one reader barrier. reclaim_lock_ is held.
+void Cache::reclaim_pass() noexcept
+{
     Reg *list;
     {
         std::lock_guard<std::mutex> g(lock_);
@@ -148,10 +210,8 @@ void Cache::reclaim() noexcept
         limbo_ = nullptr;
         limbo_nonempty_.store(false, std::memory_order_relaxed);
     }
-    if (!list) {
-        t_in_reclaim = false;
+    if (!list)
         return;
-    }
     reader_barrier();
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
@@ -177,7 +237,6 @@ void Cache::reclaim() noexcept
     }
     Entry *free_later = free_reclaimed(done, keep);
     release_entries(free_later);
-    t_in_reclaim = false;
 }
 
 // Under the lock: frees the deregistered registrations in `done` and puts those still held

@@ -168,8 +168,10 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
         for (unsigned i = 0; i < slots; i++)
             ctx->free_slots[i] = slots - 1 - i;
         ctx->nfree = slots;
+        // pinning fails with -EFAULT on a hole: the registration is the mapped check
         VMT_OPTS(vmt_device_ops, ops, .name = "io_uring", .reg = iou_reg, .dereg = iou_dereg,
-                 .max_regions = slots, .max_region_bytes = kMaxBufferBytes);
+                 .max_regions = slots, .max_region_bytes = kMaxBufferBytes,
+                 .flags = VMT_DEVICE_CHECKS_MAPPED);
         ctx->ops = ops;
         created = true;
     }

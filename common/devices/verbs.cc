@@ -50,6 +50,8 @@ const struct vmt_device_ops kVerbsOps = {
     sizeof(struct vmt_device_ops), "verbs", verbs_reg, verbs_dereg,
     0,  // no limit of our own: the driver says -ENOMEM when out of MRs and the cache evicts
     0,
+    // ibv_reg_mr pins the pages (ib_umem_get) and fails with EFAULT on a hole
+    VMT_DEVICE_CHECKS_MAPPED,
 };
 
 }  // namespace

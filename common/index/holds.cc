@@ -30,6 +30,9 @@ void on_thread_exit(void *p)
     // Holds the thread still has stay counted (another thread may put them); the record is
     // reused only once they are gone.
     static_cast<ThreadRecord *>(p)->owned.store(false, std::memory_order_release);
+    // A later destructor that calls into vmtrack takes a new record: a thread must never read
+    // the index through a record it no longer owns (reader_barrier skips such records).
+    t_record = nullptr;
 }
 
 void make_key() { pthread_key_create(&g_exit_key, on_thread_exit); }
@@ -92,8 +95,12 @@ ThreadRecord *thread_record_slow() noexcept
         r->owned.store(true, std::memory_order_relaxed);
         std::lock_guard<std::mutex> g(g_records_lock);
         r->next = g_records.load(std::memory_order_relaxed);
-        g_records.store(r, std::memory_order_release);
+        g_records.store(r, std::memory_order_seq_cst);
     }
+    // A retirer that found no other thread owning a record skipped the barrier (see
+    // reader_barrier): its epoch or sequence move precedes that look in the single total
+    // order, so it precedes this fence, and every hit this thread makes from now on sees it.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     pthread_setspecific(g_exit_key, r);
     t_record = r;
     return r;
@@ -135,12 +142,32 @@ bool protection_barrier()
 }
 }  // namespace
 
+namespace {
+// Whether a thread other than the caller owns a record. Only threads with a record hold
+// registrations or read the index for a hit; a thread that takes a record after this look
+// fences first (thread_record_slow), so it sees what the caller changed before looking.
+// Holds left in the records of threads that have exited are counted, and nobody writes them.
+bool other_readers() noexcept
+{
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (ThreadRecord *r = g_records.load(std::memory_order_seq_cst); r; r = r->next)
+        if (r != t_record && r->owned.load(std::memory_order_seq_cst))
+            return true;
+    return false;
+}
+}  // namespace
+
+bool reader_barrier_is_free() noexcept
+{
+    return g_readers_fence.load(std::memory_order_relaxed) || !other_readers();
+}
+
 void reader_barrier() noexcept
 {
     membarrier_setup();
-    if (g_readers_fence.load(std::memory_order_relaxed)) {
+    if (g_readers_fence.load(std::memory_order_relaxed) || !other_readers()) {
         // Readers fence themselves in this mode (decided once, before any hit could skip the
-        // fence); this side needs only its own fence.
+        // fence), or no other thread can be reading: this side needs only its own fence.
         std::atomic_thread_fence(std::memory_order_seq_cst);
         return;
     }

@@ -112,8 +112,12 @@ int64_t holds_in_threads(HoldKey id) noexcept;
 // Whether readers must fence themselves (membarrier unavailable).
 extern std::atomic<bool> g_readers_fence __attribute__((visibility("hidden")));
 
-// A full memory barrier on every running thread of the process.
+// A full memory barrier on every running thread of the process (a plain fence when no other
+// thread owns a record).
 void reader_barrier() noexcept;
+// Whether reader_barrier() would cost nothing but a fence: readers fence themselves, or no
+// other thread owns a record now. A hint for batching; reader_barrier decides again.
+bool reader_barrier_is_free() noexcept;
 
 // After fork in the child: only the calling thread exists; every other record is freed.
 void holds_after_fork_child() noexcept;

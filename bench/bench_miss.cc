@@ -1,0 +1,164 @@
+// The miss side of `vmtrack bench` (see bench_miss.h). Every vmtrack figure is paired with a
+// UCX run made right before it, and the verdicts are medians of those ratios: this machine is
+// shared, and the hypervisor takes the CPU away in bursts.
+#include "config.h"
+
+#include <cstring>
+
+#include "bench_miss.h"
+#include "miss_workloads.h"
+#include "vmtrack.h"
+
+namespace vmt_bench {
+
+namespace {
+
+
+int vmt_miss_get(void *ctx, void *addr, size_t len, void **handle)
+{
+    return vmt_get(static_cast<struct vmt_device *>(ctx), addr, len, VMT_ACCESS_READ,
+                   reinterpret_cast<struct vmt_reg **>(handle));
+}
+void vmt_miss_put(void *, void *handle) { vmt_put(static_cast<struct vmt_reg *>(handle)); }
+
+// One run of a workload on a fresh vmtrack cache limited to MISS_CACHE_LIMIT entries, null
+// device.
+int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, int threads,
+                struct miss_result *res)
+{
+    struct vmt_cache_opts o;
+    memset(&o, 0, sizeof o);
+    o.sz = sizeof o;
+    o.tracker = tracker.c_str();
+    o.max_entries = MISS_CACHE_LIMIT;
+    o.max_bytes = (size_t)1 << 50;
+    struct vmt_cache *cache;
+    int rc = vmt_cache_create(&o, &cache);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: cannot create a cache with tracker %s: %s\n",
+                tracker.c_str(), vmt_strerror(rc));
+        return rc;
+    }
+    struct vmt_device_ops ops_dev;
+    memset(&ops_dev, 0, sizeof ops_dev);
+    ops_dev.sz = sizeof ops_dev;
+    ops_dev.name = "null";
+    ops_dev.reg = null_reg;
+    ops_dev.dereg = null_dereg;
+    // Like io_uring and verbs: its registration would fail on unmapped memory (the workloads
+    // never give it any), so the cache need not check the mapping itself.
+    ops_dev.flags = VMT_DEVICE_CHECKS_MAPPED;
+    struct vmt_device *dev;
+    rc = vmt_device_attach(cache, &ops_dev, nullptr, &dev);
+    if (rc == 0) {
+        struct miss_cache mc = {dev, vmt_miss_get, vmt_miss_put};
+        rc = miss_run(&mc, w, ops, threads, res);
+        vmt_device_detach(dev);
+    }
+    vmt_cache_destroy(cache);
+    return rc;
+}
+
+int run_ucx(enum miss_workload w, size_t ops, int threads, double out[4])
+{
+    return run_ucx_helper(std::string("miss ") + miss_workload_name(w) + " " +
+                              std::to_string(ops) + " " + std::to_string(threads),
+                          out, 4);
+}
+
+struct Workload {
+    enum miss_workload w;
+    size_t ops;
+    const char *what;
+    const char *key;  // in the JSON object
+};
+
+}  // namespace
+
+int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::string *json)
+{
+    const int reps = opt.quick ? 5 : 9;
+    const size_t fresh = opt.quick ? 2048 : 4096;
+    const Workload work[] = {
+        {MISS_FRESH_APART, fresh, "first get+put, fresh 64 KiB regions 128 KiB apart", "fresh_apart"},
+        {MISS_FRESH_ADJACENT, fresh, "first get+put, fresh 64 KiB regions back to back",
+         "fresh_adjacent"},
+        {MISS_RANDOM_1024, opt.quick ? 10000u : 20000u,
+         "1024 regions at random through 512 entries", "random_1024"},
+        {MISS_ONCE, opt.quick ? 1000u : 2000u,
+         "buffer used once: mmap,touch,get,put,munmap, +ns", "once"},
+    };
+    bool ucx = opt.compare_ucx;
+    double ucx_fresh_ns = -1;
+    *json = "{\"tracker\":\"" + opt.tracker + "\"";
+    for (const Workload &k : work) {
+        std::vector<double> v_ns, u_ns, ratios;
+        for (int r = 0; r < reps; r++) {
+            double u[4] = {0, 0, 0, 0};
+            if (ucx && run_ucx(k.w, k.ops, 1, u))
+                ucx = false;
+            struct miss_result res {};
+            int rc = run_vmtrack(opt.tracker, k.w, k.ops, 1, &res);
+            if (rc)
+                return rc;
+            // The buffer used once counts what the cache adds to the loop without it.
+            double v = res.ns_per_op - res.once_without_ns, uv = u[0] - u[3];
+            v_ns.push_back(v);
+            if (ucx) {
+                u_ns.push_back(uv);
+                if (uv > 0)
+                    ratios.push_back(v / uv);
+            }
+        }
+        double v = median(v_ns), uv = median(u_ns), ratio = median(ratios);
+        if (k.w == MISS_FRESH_APART)
+            ucx_fresh_ns = uv;
+        rows->push_back({std::string(k.what), fmt(v, 0), "ns", ucx ? "<= 1.0x UCX" : "(reported)",
+                         ""});
+        if (ucx) {
+            rows->push_back({"  UCX 1.13 rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
+                             "(baseline)", ""});
+            rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
+                             "<= 1.0x", verdict(ratio > 0 && ratio <= 1.0)});
+        }
+        *json += std::string(",\"") + k.key + "_ns\":" + fmt(v, 1) + ",\"" + k.key +
+                 "_ucx_ns\":" + fmt(uv, 1) + ",\"" + k.key + "_ratio\":" + fmt(ratio, 3);
+    }
+
+    // Pass mode: every get registers, the last put deregisters (the device does nothing).
+    std::vector<double> pass_ns;
+    for (int r = 0; r < reps; r++) {
+        struct miss_result res {};
+        int rc = run_vmtrack("pass", MISS_FRESH_APART, fresh, 1, &res);
+        if (rc)
+            return rc;
+        pass_ns.push_back(res.ns_per_op);
+    }
+    double pass = median(pass_ns);
+    rows->push_back({"pass mode get+put (nothing cached)", fmt(pass, 0), "ns",
+                     ucx_fresh_ns > 0 ? "(reported, " + fmt(pass / ucx_fresh_ns, 2) + "x UCX miss)"
+                                      : "(reported)", ""});
+
+    // Two threads missing on different ranges of one cache, against one thread.
+    std::vector<double> wall, cpu;
+    for (int r = 0; r < reps; r++) {
+        struct miss_result one {}, two {};
+        int rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, fresh, 1, &one);
+        if (!rc)
+            rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, fresh, 2, &two);
+        if (rc)
+            return rc;
+        wall.push_back(two.ops_per_sec / one.ops_per_sec);
+        cpu.push_back(two.ops_per_cpu_sec / one.ops_per_cpu_sec);
+    }
+    double scaling = median(wall), cpu_scaling = median(cpu);
+    rows->push_back({"misses, 2 threads / 1 thread, per second of wall time", fmt(scaling, 2), "x",
+                     ">= 1.6x", verdict(scaling >= 1.6)});
+    rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
+                     fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
+    *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"miss_scaling_2t\":" + fmt(scaling, 3) +
+             ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) + "}";
+    return 0;
+}
+
+}  // namespace vmt_bench

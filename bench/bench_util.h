@@ -1,0 +1,49 @@
+// What the parts of `vmtrack bench` share: a row of the printed tables, medians, number
+// formatting, and the way to the UCX helper process (bench/bench_ucx_main.c).
+#ifndef VMTRACK_BENCH_UTIL_H
+#define VMTRACK_BENCH_UTIL_H
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace vmt_bench {
+
+struct Row {
+    std::string name, value, unit, target, verdict;
+};
+
+inline double median(std::vector<double> v)
+{
+    if (v.empty())
+        return -1;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+inline std::string fmt(double v, int prec = 1)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*f", prec, v);
+    return buf;
+}
+
+inline std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
+
+// The null device: registers nothing, so that what is measured is the cache.
+inline int null_reg(void *, void *addr, size_t, unsigned, void **handle)
+{
+    *handle = addr;
+    return 0;
+}
+inline void null_dereg(void *, void *) {}
+
+// Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output.
+// 0, or a negative errno (the helper is missing, failed, or printed something else).
+int run_ucx_helper(const std::string &args, double *out, int count);
+
+}  // namespace vmt_bench
+
+#endif

@@ -1,0 +1,244 @@
+/* The miss-side workloads of `vmtrack bench --compare-ucx` (see miss_workloads.h). */
+#define _GNU_SOURCE
+#include "miss_workloads.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define STRIDE_APART (128u * 1024u)
+#define RANDOM_REGIONS 1024u
+#define RANDOM_IDX 65536u   /* random region numbers, cycled: the generator is not timed */
+#define PAGE 4096u
+
+static const char *const workload_names[] = {"fresh-apart", "fresh-adjacent", "random-1024",
+                                             "once"};
+
+const char *miss_workload_name(enum miss_workload w)
+{
+    return (unsigned)w < sizeof workload_names / sizeof workload_names[0] ? workload_names[w] : "?";
+}
+
+int miss_workload_parse(const char *name)
+{
+    for (unsigned i = 0; i < sizeof workload_names / sizeof workload_names[0]; i++)
+        if (strcmp(name, workload_names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+static double clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+struct miss_thread {
+    pthread_t tid;
+    const struct miss_cache *cache;
+    enum miss_workload w;
+    size_t ops;
+    unsigned seed;
+    pthread_barrier_t *start;
+    double t0, t1, cpu;
+    double median, median_without;  /* MISS_ONCE: per iteration */
+    int err;
+};
+
+static int get_put(const struct miss_cache *c, void *addr)
+{
+    void *h;
+    int rc = c->get(c->ctx, addr, MISS_REGION_BYTES, &h);
+    if (rc == 0)
+        c->put(c->ctx, h);
+    return rc;
+}
+
+static char *map_span(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : (char *)p;
+}
+
+/* Every region once, in address order: each get is the first of its region. */
+static int run_fresh(struct miss_thread *t, size_t stride, pthread_barrier_t *start)
+{
+    size_t span = t->ops * stride;
+    char *base = map_span(span);
+    if (!base)
+        t->err = -errno;
+    pthread_barrier_wait(start);
+    if (t->err)
+        return t->err;
+    t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    t->t0 = clock_ns(CLOCK_MONOTONIC);
+    for (size_t i = 0; i < t->ops && !t->err; i++)
+        t->err = get_put(t->cache, base + i * stride);
+    t->t1 = clock_ns(CLOCK_MONOTONIC);
+    t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+    munmap(base, span);
+    return t->err;
+}
+
+static int run_random(struct miss_thread *t, pthread_barrier_t *start)
+{
+    size_t span = (size_t)RANDOM_REGIONS * STRIDE_APART;
+    uint32_t *idx = malloc(RANDOM_IDX * sizeof *idx);
+    char *base = map_span(span);
+    if (!idx || !base)
+        t->err = -ENOMEM;
+    for (size_t i = 0; idx && i < RANDOM_IDX; i++)
+        idx[i] = (uint32_t)rand_r(&t->seed) % RANDOM_REGIONS;
+    for (size_t i = 0; !t->err && i < RANDOM_REGIONS; i++)  /* warm: the cache is full */
+        t->err = get_put(t->cache, base + i * STRIDE_APART);
+    pthread_barrier_wait(start);
+    if (!t->err) {
+        t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        t->t0 = clock_ns(CLOCK_MONOTONIC);
+        for (size_t i = 0; i < t->ops && !t->err; i++)
+            t->err = get_put(t->cache, base + (size_t)idx[i % RANDOM_IDX] * STRIDE_APART);
+        t->t1 = clock_ns(CLOCK_MONOTONIC);
+        t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+    }
+    if (base)
+        munmap(base, span);
+    free(idx);
+    return t->err;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* One buffer used once: mmap, touch every page, (get, put,) munmap. */
+static double once(const struct miss_cache *c, int *err)
+{
+    double t0 = clock_ns(CLOCK_MONOTONIC);
+    char *p = map_span(MISS_REGION_BYTES);
+    if (!p) {
+        *err = -errno;
+        return 0;
+    }
+    for (size_t off = 0; off < MISS_REGION_BYTES; off += PAGE)
+        ((volatile char *)p)[off] = 1;
+    if (c)
+        *err = get_put(c, p);
+    munmap(p, MISS_REGION_BYTES);
+    return clock_ns(CLOCK_MONOTONIC) - t0;
+}
+
+/* A buffer used once, as a code that allocates per message sees it. Each iteration runs the
+ * loop's body with the cache and without it, next to each other, and the figures are the
+ * medians of each: the page faults and the hypervisor's preemptions, which cost far more than
+ * the cache, then fall out of the difference. */
+static int run_once(struct miss_thread *t, pthread_barrier_t *start)
+{
+    double *with = malloc(t->ops * sizeof *with), *without = malloc(t->ops * sizeof *without);
+    if (!with || !without)
+        t->err = -ENOMEM;
+    pthread_barrier_wait(start);
+    t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    t->t0 = clock_ns(CLOCK_MONOTONIC);
+    for (size_t i = 0; i < t->ops && !t->err; i++) {
+        without[i] = once(NULL, &t->err);
+        with[i] = once(t->cache, &t->err);
+    }
+    t->t1 = clock_ns(CLOCK_MONOTONIC);
+    t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+    if (!t->err) {
+        t->median = median_of(with, t->ops);
+        t->median_without = median_of(without, t->ops);
+    }
+    free(with);
+    free(without);
+    return t->err;
+}
+
+static void *miss_thread_main(void *arg)
+{
+    struct miss_thread *t = arg;
+    switch (t->w) {
+    case MISS_FRESH_APART:
+        run_fresh(t, STRIDE_APART, t->start);
+        break;
+    case MISS_FRESH_ADJACENT:
+        run_fresh(t, MISS_REGION_BYTES, t->start);
+        break;
+    case MISS_RANDOM_1024:
+        run_random(t, t->start);
+        break;
+    case MISS_ONCE:
+        run_once(t, t->start);
+        break;
+    }
+    return NULL;
+}
+
+int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, int threads,
+             struct miss_result *out)
+{
+    if (threads < 1 || threads > 64 || !ops || !cache) {
+        fprintf(stderr, "miss_run: bad arguments\n");
+        return -EINVAL;
+    }
+    struct miss_thread th[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    memset(th, 0, sizeof th);
+    for (int i = 0; i < threads; i++) {
+        th[i].cache = cache;
+        th[i].w = w;
+        th[i].ops = ops;
+        th[i].seed = 12345u + 977u * (unsigned)i;
+        th[i].start = &start;
+        if (pthread_create(&th[i].tid, NULL, miss_thread_main, &th[i]) != 0) {
+            fprintf(stderr, "miss_run: pthread_create failed\n");
+            abort();  /* the barrier would never open */
+        }
+    }
+    double first = 0, last = 0, cpu = 0, per_cpu = 0;
+    int err = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(th[i].tid, NULL);
+        if (th[i].err && !err)
+            err = th[i].err;
+        cpu += th[i].cpu;
+        per_cpu += (double)ops / th[i].cpu * 1e9;
+        if (i == 0 || th[i].t0 < first)
+            first = th[i].t0;
+        if (i == 0 || th[i].t1 > last)
+            last = th[i].t1;
+    }
+    pthread_barrier_destroy(&start);
+    if (err) {
+        fprintf(stderr, "miss workload %s: get failed: %s\n", miss_workload_name(w),
+                strerror(-err));
+        return err;
+    }
+    /* CPU time, not wall time: this machine is shared, and a thread that waits for a CPU
+     * would charge the wait to whichever cache it was running. */
+    out->ns_per_op = cpu / threads / (double)ops;
+    out->once_without_ns = 0;
+    if (w == MISS_ONCE) {  /* the first thread's medians */
+        out->ns_per_op = th[0].median;
+        out->once_without_ns = th[0].median_without;
+    }
+    out->ops_per_sec = (double)ops * threads / ((last - first) / 1e9);
+    out->ops_per_cpu_sec = per_cpu;
+    return 0;
+}

@@ -1,0 +1,48 @@
+/* The miss-side workloads of `vmtrack bench --compare-ucx`, written once and run on both
+ * caches: vmtrack (bench/bench_miss.cc) and UCX's ucs_rcache (bench/bench_ucx_miss.c, in its
+ * own process). A cache is reached through two callbacks, so that both run the very same loop
+ * over the very same addresses; the indirect call costs both the same few nanoseconds. */
+#ifndef VMTRACK_BENCH_MISS_WORKLOADS_H
+#define VMTRACK_BENCH_MISS_WORKLOADS_H
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct miss_cache {
+    void *ctx;
+    /* 0 or a negative errno; *handle is what put receives */
+    int (*get)(void *ctx, void *addr, size_t len, void **handle);
+    void (*put)(void *ctx, void *handle);
+};
+
+enum miss_workload {
+    MISS_FRESH_APART,     /* get+put of fresh 64 KiB regions, 128 KiB apart: nothing merges */
+    MISS_FRESH_ADJACENT,  /* the same, regions back to back */
+    MISS_RANDOM_1024,     /* 1024 regions 128 KiB apart at random (through a 512-entry cache) */
+    MISS_ONCE,            /* mmap 64 KiB, touch, get, put, munmap; and the same without get/put */
+};
+
+#define MISS_REGION_BYTES (64u * 1024u)
+#define MISS_CACHE_LIMIT 512u   /* entries (vmtrack) and max_regions (UCX) for these workloads */
+
+struct miss_result {
+    double ns_per_op;        /* CPU time per get+put, per thread (MISS_ONCE: median iteration) */
+    double once_without_ns;  /* MISS_ONCE: the median iteration of the loop without the cache */
+    double ops_per_sec;      /* all threads together, by wall time */
+    double ops_per_cpu_sec;  /* summed over threads, each by its own CPU time (no steal) */
+};
+
+/* The workload's name on the command line of vmtrack-ucx-bench, and back; -1 if unknown. */
+const char *miss_workload_name(enum miss_workload w);
+int miss_workload_parse(const char *name);
+
+/* Runs `ops` operations of the workload in each of `threads` threads (each on its own memory),
+ * on fresh mappings it unmaps afterwards. 0, or a negative errno with a message on stderr. */
+int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, int threads,
+             struct miss_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,277 @@
+/* Four bugs of the cache found while measuring misses (issue 12), one test each: a merge with a
+ * neighbour unmapped during the registration, a detach whose dereg puts a registration of
+ * another device, eviction at a device's own limit, and the subscriber lock across fork(). */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "lib/check_run.h"
+
+#define PAGE 4096u
+
+static struct vmt_cache *cache_with(const char *tracker, size_t max_entries)
+{
+    struct vmt_cache_opts o;
+    memset(&o, 0, sizeof o);
+    o.sz = sizeof o;
+    o.tracker = tracker;
+    o.max_entries = max_entries;
+    struct vmt_cache *c = NULL;
+    ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
+    return c;
+}
+
+static struct vmt_stats stats_of(struct vmt_cache *c)
+{
+    struct vmt_stats s;
+    memset(&s, 0, sizeof s);
+    s.sz = sizeof s;
+    ck_assert_int_eq(vmt_stats_get(c, &s), 0);
+    return s;
+}
+
+static char *map_pages(size_t n)
+{
+    char *p = mmap(NULL, n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    return p;
+}
+
+/* A device that counts what it holds; with `unmap_on_union` set, the first registration
+ * larger than `request_len` unmaps that page first (a neighbour unmapped by another thread
+ * right after the cache's own mapped check), and like Open MPI's BTLs it reports every
+ * failure of its own as -EIO, never as -EFAULT. */
+struct counting_dev {
+    atomic_long live, regs;
+    size_t request_len;
+    void *unmap_on_union;
+    struct vmt_reg *put_on_dereg;  /* deregistering puts this registration (stacked caches) */
+    struct vmt_device_ops ops;
+};
+
+static int range_mapped(void *addr, size_t len)
+{
+    return msync(addr, len, MS_ASYNC) == 0;
+}
+
+static int counting_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    struct counting_dev *d = ctx;
+    (void)access;
+    if (d->unmap_on_union && len > d->request_len) {
+        munmap(d->unmap_on_union, PAGE);
+        d->unmap_on_union = NULL;
+    }
+    if (!range_mapped(addr, len))
+        return -EIO;
+    atomic_fetch_add(&d->live, 1);
+    atomic_fetch_add(&d->regs, 1);
+    *handle = addr;
+    return 0;
+}
+
+static void counting_dereg(void *ctx, void *handle)
+{
+    struct counting_dev *d = ctx;
+    (void)handle;
+    atomic_fetch_sub(&d->live, 1);
+    struct vmt_reg *r = d->put_on_dereg;
+    d->put_on_dereg = NULL;
+    if (r)
+        vmt_put(r);
+}
+
+static void counting_init(struct counting_dev *d, size_t max_regions)
+{
+    memset(d, 0, sizeof *d);
+    d->ops.sz = sizeof d->ops;
+    d->ops.name = "counting";
+    d->ops.reg = counting_reg;
+    d->ops.dereg = counting_dereg;
+    d->ops.max_regions = max_regions;
+}
+
+/* A merged union fails at the device because a neighbour went away after the cache looked:
+ * the request itself is mapped, so vmt_get must still succeed (it used to return the device's
+ * -EIO, seen in the Open MPI stress under concurrent unmaps). */
+START_TEST(merge_with_neighbour_unmapped_meanwhile)
+{
+    struct vmt_cache *c = cache_with("hooks", 0);
+    struct counting_dev d;
+    counting_init(&d, 0);
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(c, &d.ops, &d, &dev), 0);
+    char *buf = map_pages(2);
+    struct vmt_reg *r;
+    ck_assert_int_eq(vmt_get(dev, buf, PAGE, VMT_ACCESS_READ, &r), 0);  /* the neighbour */
+    vmt_put(r);
+    d.request_len = PAGE;
+    d.unmap_on_union = buf;
+    int rc = vmt_get(dev, buf + PAGE, PAGE, VMT_ACCESS_READ, &r);
+    ck_assert_msg(rc == 0, "vmt_get of a mapped page next to one unmapped meanwhile: %d (%s)",
+                  rc, vmt_strerror(rc));
+    ck_assert_ptr_eq(d.unmap_on_union, NULL);  /* the union was tried */
+    ck_assert_ptr_eq(vmt_reg_addr(r), buf + PAGE);
+    ck_assert_uint_eq(vmt_reg_len(r), PAGE);
+    vmt_put(r);
+    munmap(buf + PAGE, PAGE);
+    vmt_device_detach(dev);
+    vmt_cache_destroy(c);
+    ck_assert_int_eq(atomic_load(&d.live), 0);
+}
+END_TEST
+
+struct detach_job {
+    struct vmt_device *dev;
+    atomic_int done;
+};
+
+static void *detach_main(void *arg)
+{
+    struct detach_job *j = arg;
+    vmt_device_detach(j->dev);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Stacked caches (UCX's UCP cache on its UCT caches): device A's dereg puts a registration of
+ * device B of the same cache. Detaching A while its registration is held deregisters it
+ * there and then, and the nested vmt_put of B's (retired) registration must not wait for the
+ * reclaim lock that detach holds. */
+START_TEST(detach_whose_dereg_puts_another_device)
+{
+    struct vmt_cache *c = cache_with("none", 0);
+    struct counting_dev a, b;
+    counting_init(&a, 0);
+    counting_init(&b, 0);
+    struct vmt_device *da, *db;
+    ck_assert_int_eq(vmt_device_attach(c, &a.ops, &a, &da), 0);
+    ck_assert_int_eq(vmt_device_attach(c, &b.ops, &b, &db), 0);
+    char *buf = map_pages(4);
+    struct vmt_reg *ra, *rb;
+    ck_assert_int_eq(vmt_get(da, buf, PAGE, VMT_ACCESS_READ, &ra), 0);
+    ck_assert_int_eq(vmt_get(db, buf + 2 * PAGE, PAGE, VMT_ACCESS_READ, &rb), 0);
+    a.put_on_dereg = rb;
+    ck_assert_int_eq(vmt_invalidate(c, buf + 2 * PAGE, PAGE), 0);  /* rb retires, still held */
+    struct detach_job job = {da, 0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, detach_main, &job), 0);
+    for (int i = 0; i < 500 && !atomic_load(&job.done); i++)
+        usleep(10000);
+    ck_assert_msg(atomic_load(&job.done), "vmt_device_detach hangs in the nested vmt_put");
+    pthread_join(t, NULL);
+    (void)ra;  /* deregistered by the detach; putting it now would be misuse */
+    ck_assert_int_eq(atomic_load(&a.live), 0);
+    ck_assert_int_eq(atomic_load(&b.live), 0);  /* rb's last put deregistered it */
+    vmt_device_detach(db);
+    vmt_cache_destroy(c);
+    munmap(buf, 4 * PAGE);
+}
+END_TEST
+
+/* A device that registers at most two regions: adding a third evicts one, not both. */
+START_TEST(device_limit_evicts_one)
+{
+    struct vmt_cache *c = cache_with("none", 0);
+    struct counting_dev d;
+    counting_init(&d, 2);
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(c, &d.ops, &d, &dev), 0);
+    char *buf = map_pages(6);
+    struct vmt_reg *r;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(vmt_get(dev, buf + 2 * i * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+        vmt_put(r);
+    }
+    struct vmt_stats s = stats_of(c);
+    ck_assert_msg(s.evictions == 1, "adding a third region evicted %llu", (unsigned long long)s.evictions);
+    ck_assert_uint_eq(s.entries, 2);
+    ck_assert_int_eq(atomic_load(&d.live), 2);
+    /* The one kept with the new one is the most recent of the two before it. */
+    ck_assert_int_eq(vmt_get(dev, buf + 2 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    ck_assert_uint_eq(stats_of(c).misses, 3);
+    vmt_device_detach(dev);
+    vmt_cache_destroy(c);
+    munmap(buf, 6 * PAGE);
+    ck_assert_int_eq(atomic_load(&d.live), 0);
+}
+END_TEST
+
+static atomic_int in_callback, release_callback;
+
+static void slow_subscriber(void *arg, const void *addr, size_t len)
+{
+    (void)arg; (void)addr; (void)len;
+    atomic_store(&in_callback, 1);
+    while (!atomic_load(&release_callback))
+        usleep(1000);
+}
+
+static void *invalidate_main(void *arg)
+{
+    static char page_buf[PAGE] __attribute__((aligned(PAGE)));
+    vmt_invalidate(arg, page_buf, PAGE);
+    return NULL;
+}
+
+/* fork() while another thread is inside a subscriber's callback: the child has no such thread,
+ * so it must be able to unsubscribe (the read lock of the callback must not stay held). */
+START_TEST(fork_during_subscriber_callback)
+{
+    struct vmt_cache *c = cache_with("none", 0);
+    ck_assert_int_eq(vmt_subscribe(c, slow_subscriber, NULL), 0);
+    atomic_store(&in_callback, 0);
+    atomic_store(&release_callback, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, invalidate_main, c), 0);
+    while (!atomic_load(&in_callback))
+        usleep(1000);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* A hang is a failure, not a stuck test. Check's own SIGALRM handler would kill the
+         * whole process group: the default action kills just this child. */
+        signal(SIGALRM, SIG_DFL);
+        alarm(5);
+        int rc = vmt_unsubscribe(c, slow_subscriber, NULL);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    ck_assert_int_ge(pid, 0);
+    atomic_store(&release_callback, 1);
+    pthread_join(t, NULL);
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "vmt_unsubscribe in the child %s", WIFSIGNALED(st) ? "hung" : "failed");
+    ck_assert_int_eq(vmt_unsubscribe(c, slow_subscriber, NULL), 0);
+    vmt_cache_destroy(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cache_bugs");
+    TCase *tc = tcase_create("bugs");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, merge_with_neighbour_unmapped_meanwhile);
+    tcase_add_test(tc, detach_whose_dereg_puts_another_device);
+    tcase_add_test(tc, device_limit_evicts_one);
+    tcase_add_test(tc, fork_during_subscriber_callback);
+    suite_add_tcase(s, tc);
+    return check_run(s, CK_FORK) ? 1 : 0;
+}
