@@ -1,0 +1,111 @@
+/* The takeover decision (ompi-rcache/takeover_gate.c) on facts, one condition false at a time,
+ * including those a real process cannot be put in from outside (the memory framework already
+ * registered, vmtrack.ko usable on a machine without it); and the selection strings the
+ * component reads. test/ompi/takeover_gates.sh checks the same in real MPI processes. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ompi-rcache/takeover_gate.h"
+#include "../check_run.h"
+
+static struct vmt_ompi_takeover_facts all_met(void)
+{
+    struct vmt_ompi_takeover_facts f = {
+        .rcache_selection = "vmtrack",
+        .tracker_param = "auto",
+    };
+    return f;
+}
+
+static void assert_refused(const struct vmt_ompi_takeover_facts *f, const char *why)
+{
+    char buf[200];
+    const char *no = vmt_ompi_takeover_refusal(f, buf, sizeof(buf));
+    ck_assert_msg(no, "taken over, expected refusal \"%s\"", why);
+    ck_assert_msg(strstr(no, why), "refused with \"%s\", expected \"%s\"", no, why);
+}
+
+START_TEST(t_all_met)
+{
+    char buf[200];
+    struct vmt_ompi_takeover_facts f = all_met();
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f.rcache_selection = "grdma, vmtrack";           /* named in a list */
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f.tracker_param = "hooks";
+    f.kmod_usable = true;                            /* hooks asked for: kmod does not matter */
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f = all_met();
+    f.tracker_env = "hooks";
+    f.kmod_usable = true;
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f = all_met();
+    f.ucx_hook_mode = "reloc";                       /* UCX told not to patch libc */
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f.ucx_hook_mode = "none";
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f.tracker_env = "";                              /* set but empty: unset */
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+}
+END_TEST
+
+START_TEST(t_each_condition)
+{
+    struct vmt_ompi_takeover_facts f;
+    f = all_met(), f.rcache_selection = NULL;
+    assert_refused(&f, "not chosen by name (--mca rcache <unset>)");
+    f = all_met(), f.rcache_selection = "^grdma";
+    assert_refused(&f, "not chosen by name (--mca rcache ^grdma)");
+    f = all_met(), f.rcache_selection = "grdma";
+    assert_refused(&f, "not chosen by name");
+    f = all_met(), f.rcache_selection = "vmtrackx";
+    assert_refused(&f, "not chosen by name");
+    f = all_met(), f.tracker_param = "none";
+    assert_refused(&f, "rcache_vmtrack_tracker=none");
+    f = all_met(), f.tracker_param = "kmod";
+    assert_refused(&f, "rcache_vmtrack_tracker=kmod");
+    f = all_met(), f.tracker_env = "uffd";
+    assert_refused(&f, "VMTRACK_TRACKER=uffd");
+    f = all_met(), f.tracker_env = "none", f.tracker_param = "hooks";
+    assert_refused(&f, "VMTRACK_TRACKER=none");      /* the environment wins */
+    f = all_met(), f.kmod_usable = true;
+    assert_refused(&f, "vmtrack.ko is usable");
+    f = all_met(), f.memory_set_by = "command line";
+    assert_refused(&f, "memory framework selection was set (command line)");
+    f = all_met(), f.memory_framework_touched = true;
+    assert_refused(&f, "memory framework is already registered or open");
+    f = all_met(), f.ucx_loaded = "libucs.so.0";
+    assert_refused(&f, "UCX (libucs.so.0) is already loaded");
+    f = all_met(), f.ucx_hook_mode = "bistro";
+    assert_refused(&f, "UCX_MEM_MMAP_HOOK_MODE=bistro");
+}
+END_TEST
+
+START_TEST(t_selection_strings)
+{
+    ck_assert(vmt_ompi_selection_allows(NULL, "grdma"));
+    ck_assert(vmt_ompi_selection_allows("", "grdma"));
+    ck_assert(vmt_ompi_selection_allows("vmtrack,grdma", "grdma"));
+    ck_assert(!vmt_ompi_selection_allows("vmtrack", "grdma"));
+    ck_assert(!vmt_ompi_selection_allows("^uct,openib,ofi", "ofi"));
+    ck_assert(vmt_ompi_selection_allows("^uct, openib ,ofi", "vader"));
+    ck_assert(!vmt_ompi_selection_allows("^uct, openib ,ofi", "openib"));
+    ck_assert(vmt_ompi_selection_names("self, vmtrack", "vmtrack"));
+    ck_assert(!vmt_ompi_selection_names("^vmtrack", "vmtrack"));
+    ck_assert(!vmt_ompi_selection_names("^grdma", "vmtrack"));
+    ck_assert(!vmt_ompi_selection_names(NULL, "vmtrack"));
+    ck_assert(!vmt_ompi_selection_names("vmtrack2", "vmtrack"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ompi-takeover");
+    TCase *tc = tcase_create("decision");
+    tcase_add_test(tc, t_all_met);
+    tcase_add_test(tc, t_each_condition);
+    tcase_add_test(tc, t_selection_strings);
+    suite_add_tcase(s, tc);
+    return check_run(s, CK_FORK) ? 1 : 0;
+}
