@@ -2,7 +2,7 @@
 # Debian's libopenmpi-dev internal headers, and its tests (test/ompi/). See doc/openmpi.md.
 EXTRA_DIST += doc/openmpi.md test/ompi/ompi_info.sh test/ompi/mpirun_rxe.sh \
 	test/ompi/scenarios_patcher.sh test/ompi/stress_series.sh test/ompi/mpirun_host.sh \
-	test/ompi/takeover_gates.sh
+	test/ompi/takeover_gates.sh test/ompi/ompi_env.sh
 
 if HAVE_OMPI
 # Open MPI's own headers are not warning-clean under -Wextra: include them as system headers.

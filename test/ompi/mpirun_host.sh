@@ -8,20 +8,13 @@
 set -u
 builddir=${VMT_BUILDDIR:-$(pwd)}
 prog="$builddir/test/ompi/mpi_hooks_check"
-so="$builddir/.libs/mca_rcache_vmtrack.so"
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
-[ -x "$prog" ] && [ -f "$so" ] || { echo "FAIL: $prog or $so not built"; exit 1; }
+[ -x "$prog" ] && [ -f "$builddir/.libs/mca_rcache_vmtrack.so" ] || { echo "FAIL: $prog or the component not built"; exit 1; }
 if [ -e /dev/vmtrack ]; then
 	echo "SKIP: vmtrack.ko is loaded here: kmod is the tracker, there is no takeover to check"
 	exit 77
 fi
-sysdir=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
-comp="$builddir/test/ompi/components"
-mkdir -p "$comp"
-ln -sf "$so" "$comp/.mca_rcache_vmtrack.so.$$" && mv -f "$comp/.mca_rcache_vmtrack.so.$$" "$comp/mca_rcache_vmtrack.so"
-export OMPI_MCA_mca_base_component_path="$comp:$sysdir"
-export LD_LIBRARY_PATH="$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/ompi_env.sh"
 
 fail=0
 run() {  # run NAME MPIRUN-ARGS...: the job must pass; its output is shown

@@ -8,19 +8,12 @@
 set -u
 builddir=${VMT_BUILDDIR:-$(pwd)}
 prog="$builddir/test/ompi/mpi_hooks_check"
-so="$builddir/.libs/mca_rcache_vmtrack.so"
-[ -x "$prog" ] && [ -f "$so" ] || { echo "FAIL: $prog or $so not built"; exit 1; }
+[ -x "$prog" ] && [ -f "$builddir/.libs/mca_rcache_vmtrack.so" ] || { echo "FAIL: $prog or the component not built"; exit 1; }
 if [ -e /dev/vmtrack ]; then
 	echo "SKIP: vmtrack.ko is loaded here: every case would give \"vmtrack.ko is usable\""
 	exit 77
 fi
-sysdir=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
-comp="$builddir/test/ompi/components"
-mkdir -p "$comp"
-ln -sf "$so" "$comp/.mca_rcache_vmtrack.so.$$" && mv -f "$comp/.mca_rcache_vmtrack.so.$$" "$comp/mca_rcache_vmtrack.so"
-export OMPI_MCA_mca_base_component_path="$comp:$sysdir"
-export LD_LIBRARY_PATH="$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/ompi_env.sh"
 export OMPI_MCA_rcache_vmtrack_verbose=10 OMPI_MCA_btl=self OMPI_MCA_pml=ob1
 
 fail=0

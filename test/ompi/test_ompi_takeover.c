@@ -50,35 +50,33 @@ START_TEST(t_all_met)
 }
 END_TEST
 
+/* all_met() with one fact changed, and the reason expected */
+#define MET .rcache_selection = "vmtrack", .tracker_param = "auto"
+static const struct {
+    struct vmt_ompi_takeover_facts f;
+    const char *why;
+} refusals[] = {
+    {{.tracker_param = "auto"}, "not chosen by name (--mca rcache <unset>)"},
+    {{.rcache_selection = "^grdma", .tracker_param = "auto"},
+     "not chosen by name (--mca rcache ^grdma)"},
+    {{.rcache_selection = "grdma", .tracker_param = "auto"}, "not chosen by name"},
+    {{.rcache_selection = "vmtrackx", .tracker_param = "auto"}, "not chosen by name"},
+    {{.rcache_selection = "vmtrack", .tracker_param = "none"}, "rcache_vmtrack_tracker=none"},
+    {{.rcache_selection = "vmtrack", .tracker_param = "kmod"}, "rcache_vmtrack_tracker=kmod"},
+    {{MET, .tracker_env = "uffd"}, "VMTRACK_TRACKER=uffd"},
+    /* the environment wins over the parameter */
+    {{.rcache_selection = "vmtrack", .tracker_param = "hooks", .tracker_env = "none"},
+     "VMTRACK_TRACKER=none"},
+    {{MET, .kmod_usable = true}, "vmtrack.ko is usable"},
+    {{MET, .memory_set_by = "command line"}, "memory framework selection was set (command line)"},
+    {{MET, .memory_framework_touched = true}, "memory framework is already registered or open"},
+    {{MET, .ucx_loaded = "libucs.so.0"}, "UCX (libucs.so.0) is already loaded"},
+    {{MET, .ucx_hook_mode = "bistro"}, "UCX_MEM_MMAP_HOOK_MODE=bistro"},
+};
+
 START_TEST(t_each_condition)
 {
-    struct vmt_ompi_takeover_facts f;
-    f = all_met(), f.rcache_selection = NULL;
-    assert_refused(&f, "not chosen by name (--mca rcache <unset>)");
-    f = all_met(), f.rcache_selection = "^grdma";
-    assert_refused(&f, "not chosen by name (--mca rcache ^grdma)");
-    f = all_met(), f.rcache_selection = "grdma";
-    assert_refused(&f, "not chosen by name");
-    f = all_met(), f.rcache_selection = "vmtrackx";
-    assert_refused(&f, "not chosen by name");
-    f = all_met(), f.tracker_param = "none";
-    assert_refused(&f, "rcache_vmtrack_tracker=none");
-    f = all_met(), f.tracker_param = "kmod";
-    assert_refused(&f, "rcache_vmtrack_tracker=kmod");
-    f = all_met(), f.tracker_env = "uffd";
-    assert_refused(&f, "VMTRACK_TRACKER=uffd");
-    f = all_met(), f.tracker_env = "none", f.tracker_param = "hooks";
-    assert_refused(&f, "VMTRACK_TRACKER=none");      /* the environment wins */
-    f = all_met(), f.kmod_usable = true;
-    assert_refused(&f, "vmtrack.ko is usable");
-    f = all_met(), f.memory_set_by = "command line";
-    assert_refused(&f, "memory framework selection was set (command line)");
-    f = all_met(), f.memory_framework_touched = true;
-    assert_refused(&f, "memory framework is already registered or open");
-    f = all_met(), f.ucx_loaded = "libucs.so.0";
-    assert_refused(&f, "UCX (libucs.so.0) is already loaded");
-    f = all_met(), f.ucx_hook_mode = "bistro";
-    assert_refused(&f, "UCX_MEM_MMAP_HOOK_MODE=bistro");
+    assert_refused(&refusals[_i].f, refusals[_i].why);
 }
 END_TEST
 
@@ -104,7 +102,7 @@ int main(void)
     Suite *s = suite_create("ompi-takeover");
     TCase *tc = tcase_create("decision");
     tcase_add_test(tc, t_all_met);
-    tcase_add_test(tc, t_each_condition);
+    tcase_add_loop_test(tc, t_each_condition, 0, sizeof(refusals) / sizeof(refusals[0]));
     tcase_add_test(tc, t_selection_strings);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK) ? 1 : 0;
