@@ -106,6 +106,25 @@ static const char *loaded_ucx_library(void)
     return NULL;
 }
 
+/* An entry of libc that jumps somewhere else than libc or vmtrack's hooks, as
+ * "name() by owner" in buf; NULL when none does. */
+static const char *foreign_patch(char *buf, size_t len)
+{
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    const char *found = NULL;
+    for (size_t i = 0; libc && i < N_GUARDED && !found; i++) {
+        const void *entry = dlsym(libc, guarded_names[i]);
+        const char *owner = entry ? vmt_ompi_entry_owner(entry) : "libc";
+        if (!strstr(owner, "libc.so") && !strstr(owner, "libvmtrack")) {
+            snprintf(buf, len, "%s() by %s", guarded_names[i], owner);
+            found = buf;
+        }
+    }
+    if (libc)
+        dlclose(libc);
+    return found;
+}
+
 static bool memory_framework_touched(void)
 {
     return mca_base_framework_is_registered(&opal_memory_base_framework) ||
@@ -185,8 +204,9 @@ static void note(const char *fmt, ...)
 }
 
 static void gather_facts(struct vmt_ompi_takeover_facts *f, char *rsel, char *msel,
-                         size_t len, int *memory_var)
+                         char *patched, size_t len, int *memory_var)
 {
+    f->libc_patched = foreign_patch(patched, len);
     f->rcache_selection = vmt_ompi_framework_selection("rcache", rsel, len, NULL);
     f->tracker_param = vmt_ompi_tracker_param();
     f->tracker_env = getenv("VMTRACK_TRACKER");
@@ -213,9 +233,9 @@ void vmt_ompi_takeover(void)
     tried = true;
 
     struct vmt_ompi_takeover_facts f = {0};
-    char rsel[128], msel[128], why[200];
+    char rsel[128], msel[128], patched[128], why[200];
     int memory_var;
-    gather_facts(&f, rsel, msel, sizeof(rsel), &memory_var);
+    gather_facts(&f, rsel, msel, patched, sizeof(rsel), &memory_var);
     const char *no = vmt_ompi_takeover_refusal(&f, why, sizeof(why));
     if (no) {
         note("Open MPI's patcher stays (tracker as before): %s", no);

@@ -63,13 +63,16 @@ const char *vmt_ompi_takeover_refusal(const struct vmt_ompi_takeover_facts *f, c
     else if (f->memory_framework_touched)
         snprintf(buf, len, "Open MPI's memory framework is already registered or open: its "
                  "patcher may be in place");
-    else if (f->ucx_loaded)
-        snprintf(buf, len, "UCX (%s) is already loaded: its ucm may have patched libc",
-                 f->ucx_loaded);
+    else if (f->libc_patched)
+        snprintf(buf, len, "libc is already patched: %s", f->libc_patched);
     else if (f->ucx_hook_mode && 0 != strcmp(f->ucx_hook_mode, "reloc") &&
              0 != strcmp(f->ucx_hook_mode, "none"))
         snprintf(buf, len, "UCX_MEM_MMAP_HOOK_MODE=%s asks UCX to patch libc itself",
                  f->ucx_hook_mode);
+    else if (f->ucx_loaded && !f->ucx_hook_mode)
+        /* loaded with its default (bistro on x86-64): it may patch when it initialises */
+        snprintf(buf, len, "UCX (%s) is already loaded without UCX_MEM_MMAP_HOOK_MODE=reloc "
+                 "or none: its ucm patches libc", f->ucx_loaded);
     else
         return NULL;
     return buf;

@@ -14,6 +14,8 @@ struct vmt_ompi_takeover_facts {
     bool kmod_usable;              /* /dev/vmtrack answers */
     const char *memory_set_by;     /* where the user set the "memory" selection (NULL: nowhere) */
     bool memory_framework_touched; /* the memory framework is registered or open already */
+    const char *libc_patched;      /* "munmap() by /x/libucm.so.0": an entry already patched
+                                    * by someone else than vmtrack (NULL: none) */
     const char *ucx_loaded;        /* a UCX library already in the process (NULL: none) */
     const char *ucx_hook_mode;     /* UCX_MEM_MMAP_HOOK_MODE (NULL: unset) */
 };

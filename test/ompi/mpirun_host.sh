@@ -37,8 +37,9 @@ fi
 if [ -f "$sysdir/mca_pml_ucx.so" ]; then
 	# pml ucx declines shared-memory-only transports unless told (no RDMA device here): the
 	# two pml_ucx_* settings are Open MPI's, not vmtrack's.
-	if run ucx --mca rcache vmtrack --mca pml ucx --mca pml_ucx_tls any \
-		--mca pml_ucx_devices any --mca opal_common_ucx_verbose 1; then
+	if VMT_EXPECT_UCM_EVENTS=1 run ucx --mca rcache vmtrack --mca pml ucx \
+		--mca pml_ucx_tls any --mca pml_ucx_devices any --mca opal_common_ucx_verbose 1 \
+		-x VMT_EXPECT_UCM_EVENTS; then
 		if ! printf '%s\n' "$out" | grep -q 'using OPAL memory hooks as external events'; then
 			echo "FAIL: ucx: UCX does not take Open MPI's memory events"; fail=1
 		fi

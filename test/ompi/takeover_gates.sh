@@ -46,8 +46,13 @@ case_ "UCX_MEM_MMAP_HOOK_MODE=bistro" "UCX_MEM_MMAP_HOOK_MODE=bistro asks UCX to
 	VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack UCX_MEM_MMAP_HOOK_MODE=bistro
 ucs=$(ldconfig -p 2>/dev/null | sed -n 's/.*libucs\.so\.0 .*=> //p' | head -1)
 if [ -n "$ucs" ]; then
-	case_ "UCX loaded before MPI_Init" "UCX (libucs.so.0) is already loaded" \
+	# libucs's constructor patched libc (bistro, UCX's default on x86-64)
+	case_ "UCX loaded and patching before MPI_Init" "libc is already patched: mmap() by" \
 		VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack LD_PRELOAD="$ucs"
+	# loaded but told not to patch libc (as with vmtrack's UCX module): nothing stands in the way
+	case_ "UCX loaded with UCX_MEM_MMAP_HOOK_MODE=none" \
+		"vmtrack's hooks are the process's memory patcher" \
+		OMPI_MCA_rcache=vmtrack LD_PRELOAD="$ucs" UCX_MEM_MMAP_HOOK_MODE=none
 else
 	echo "note: no libucs.so.0 here: the \"UCX already loaded\" case is not checked"
 fi

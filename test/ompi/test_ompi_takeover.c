@@ -45,6 +45,8 @@ START_TEST(t_all_met)
     ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
     f.ucx_hook_mode = "none";
     ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
+    f.ucx_loaded = "libucs.so.0";   /* loaded, told not to patch libc (vmtrack's UCX module) */
+    ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
     f.tracker_env = "";                              /* set but empty: unset */
     ck_assert_ptr_null(vmt_ompi_takeover_refusal(&f, buf, sizeof(buf)));
 }
@@ -70,7 +72,11 @@ static const struct {
     {{MET, .kmod_usable = true}, "vmtrack.ko is usable"},
     {{MET, .memory_set_by = "command line"}, "memory framework selection was set (command line)"},
     {{MET, .memory_framework_touched = true}, "memory framework is already registered or open"},
-    {{MET, .ucx_loaded = "libucs.so.0"}, "UCX (libucs.so.0) is already loaded"},
+    {{MET, .ucx_loaded = "libucs.so.0"}, "UCX (libucs.so.0) is already loaded without"},
+    {{MET, .libc_patched = "munmap() by /x/libucm.so.0"},
+     "libc is already patched: munmap() by /x/libucm.so.0"},
+    {{MET, .ucx_loaded = "libucs.so.0", .ucx_hook_mode = "bistro"},
+     "UCX_MEM_MMAP_HOOK_MODE=bistro"},
     {{MET, .ucx_hook_mode = "bistro"}, "UCX_MEM_MMAP_HOOK_MODE=bistro"},
 };
 
