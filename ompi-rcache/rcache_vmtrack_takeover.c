@@ -258,28 +258,29 @@ void vmt_ompi_takeover(void)
         note("Open MPI's patcher stays (tracker as before): %s", why);
         return;
     }
-    /* From here the hooks are in libc: a failure leaves them, and the patcher patching over
-     * them later makes vmtrack stop caching (never stale); Open MPI keeps its own events. */
+    /* From here the hooks are in libc. A failure leaves them: the modules still use the
+     * hooks cache, which stops caching (never stale) once Open MPI's patcher writes over it,
+     * and Open MPI keeps its own events. Said at verbosity 0: the process runs degraded. */
     pin_libvmtrack();
+    C.cache = cache;
+    C.tracker_in_use = vmt_cache_tracker(cache);
     int rc = vmt_subscribe(cache, forward_event, NULL);
     if (0 != rc) {
-        snprintf(why, sizeof(why), "%s", vmt_strerror(rc));
         note("cannot forward vmtrack's events to Open MPI (%s): Open MPI's patcher stays and "
-             "vmtrack caches nothing once it patches", why);
+             "vmtrack caches nothing once it patches", vmt_strerror(rc));
+        opal_output(0, "rcache vmtrack: %s", C.takeover_note);
         return;
     }
     rc = mca_base_var_set_value(memory_var, "^patcher", 0, MCA_BASE_VAR_SOURCE_SET, NULL);
     if (OPAL_SUCCESS != rc) {
         vmt_unsubscribe(cache, forward_event, NULL);
-        snprintf(why, sizeof(why), "error %d", rc);
-        note("cannot leave Open MPI's patcher out (setting \"memory\": %s): it stays and "
-             "vmtrack caches nothing once it patches", why);
+        note("cannot leave Open MPI's patcher out (setting \"memory\": error %d): it stays "
+             "and vmtrack caches nothing once it patches", rc);
+        opal_output(0, "rcache vmtrack: %s", C.takeover_note);
         return;
     }
     opal_mem_hooks_set_support(OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT);
     guard_arm();
-    C.cache = cache;
-    C.tracker_in_use = vmt_cache_tracker(cache);
     C.took_over = true;
     note("vmtrack's hooks are the process's memory patcher (%s): Open MPI's patcher is left "
          "out, its memory-hook users get vmtrack's events",
