@@ -15,6 +15,10 @@ test_ompi_test_ompi_framework_SOURCES = test/ompi/test_ompi_framework.c \
 	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h \
 	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
 test_ompi_test_ompi_framework_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+if HAVE_UCX
+# UCX is there: the guard test loads it to patch libc after the takeover
+test_ompi_test_ompi_framework_CPPFLAGS += -DVMT_OMPI_TEST_UCX=1
+endif
 test_ompi_test_ompi_framework_LDADD = $(OMPI_TEST_LIBS)
 test_ompi_test_ompi_framework_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_framework_DEPENDENCIES = $(OMPI_TEST_DEPS)
