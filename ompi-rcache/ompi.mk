@@ -1,6 +1,8 @@
 # Open MPI 4.1 rcache component "vmtrack" (mca_rcache_vmtrack.so), built out of tree against
 # Debian's libopenmpi-dev internal headers, and its tests (test/ompi/). See doc/openmpi.md.
-EXTRA_DIST += doc/openmpi.md test/ompi/ompi_info.sh test/ompi/mpirun_rxe.sh
+EXTRA_DIST += doc/openmpi.md test/ompi/ompi_info.sh test/ompi/mpirun_rxe.sh \
+	test/ompi/scenarios_patcher.sh test/ompi/stress_series.sh test/ompi/mpirun_host.sh \
+	test/ompi/takeover_gates.sh test/ompi/ompi_env.sh
 
 if HAVE_OMPI
 # Open MPI's own headers are not warning-clean under -Wextra: include them as system headers.
@@ -15,7 +17,10 @@ ompicomponent_LTLIBRARIES = mca_rcache_vmtrack.la
 mca_rcache_vmtrack_la_SOURCES = \
 	ompi-rcache/rcache_vmtrack.h \
 	ompi-rcache/rcache_vmtrack_component.c \
-	ompi-rcache/rcache_vmtrack_module.c
+	ompi-rcache/rcache_vmtrack_module.c \
+	ompi-rcache/rcache_vmtrack_takeover.c \
+	ompi-rcache/takeover_gate.c ompi-rcache/takeover_gate.h \
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
 mca_rcache_vmtrack_la_CPPFLAGS = $(AM_CPPFLAGS) $(OMPI_INTERNAL_CPPFLAGS)
 # rpath: find libvmtrack wherever it was installed, and Open MPI's libopen-pal.
 mca_rcache_vmtrack_la_LDFLAGS = -module -avoid-version -shared $(OMPI_RPATH) -Wl,-rpath,$(libdir)

@@ -73,6 +73,10 @@ typedef struct mca_rcache_vmtrack_component_t {
     struct vmt_cache *cache;       /* vmt_shared(), once a module exists */
     const char *tracker_in_use;    /* vmt_cache_tracker(cache) */
     bool opal_events;              /* Open MPI's memory hooks feed the module invalidate_range */
+    /* vmtrack's hooks are the process's one patcher (rcache_vmtrack_takeover.c): C.cache is
+     * the hooks cache, and a forwarder feeds Open MPI's memory hooks from it. */
+    bool took_over;
+    char takeover_note[256];       /* why it was done or not (also at verbose 10) */
 } mca_rcache_vmtrack_component_t;
 
 OPAL_DECLSPEC extern mca_rcache_vmtrack_component_t mca_rcache_vmtrack_component;
@@ -102,6 +106,23 @@ unsigned vmt_ompi_access_to_vmt(int32_t mca_access);
 int32_t vmt_ompi_access_to_mca(unsigned vmt_access);
 /* Component side: pick the shared cache's tracker and the mode (under the component lock). */
 int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen);
+/* The effective selection of framework `name` ("btl", "memory"...), also before the framework
+ * registered its variable (then read from the environment and the parameter files the way Open
+ * MPI will). Copied into buf; NULL when unset. *source_out (may be NULL): where it was set,
+ * NULL for the default. */
+const char *vmt_ompi_framework_selection(const char *name, char *buf, size_t len,
+                                         const char **source_out);
+
+/* Takeover (rcache_vmtrack_takeover.c): at the component's open, make vmtrack's hooks the only
+ * patcher when nothing else can have patched yet; at close, stop forwarding. The guard warns
+ * once when libc's entries were rewritten after the takeover. */
+void vmt_ompi_takeover(void);
+void vmt_ompi_takeover_close(void);
+void vmt_ompi_takeover_guard(void);
+/* Component helpers the takeover uses. */
+bool vmt_ompi_kmod_usable(void);
+const char *vmt_ompi_tracker_param(void);   /* rcache_vmtrack_tracker as a name */
+void vmt_ompi_apply_limits(void);           /* max_entries/max_bytes for vmt_shared() */
 
 END_C_DECLS
 #endif

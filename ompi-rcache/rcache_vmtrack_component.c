@@ -2,6 +2,7 @@
  * checks, and the choice of the process-wide cache's tracker. See rcache_vmtrack.h and
  * doc/openmpi.md. */
 #include "rcache_vmtrack.h"
+#include "takeover_gate.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -59,11 +60,13 @@ static int vmt_ompi_register(void)
     (void) mca_base_var_enum_create("rcache_vmtrack_trackers", tracker_values, &trackers);
     (void) mca_base_component_var_register(v, "tracker",
         "How the process-wide vmtrack cache learns that memory was unmapped: "
-        "auto (kmod if /dev/vmtrack is usable, else none fed by Open MPI's memory hooks), "
-        "kmod (vmtrack.ko: sees every change, no patching), none (Open MPI's memory hooks only), "
-        "pass (nothing cached), uffd (userfaultfd: no patching, ~50 us per unmap of a "
-        "registered range), hooks (refused while Open MPI's own memory patcher is active: two "
-        "patchers). The environment variable VMTRACK_TRACKER, when set, wins.",
+        "auto (kmod if /dev/vmtrack is usable; else, when \"--mca rcache\" names vmtrack, "
+        "hooks that replace Open MPI's memory patcher and feed its users; else none, fed by "
+        "Open MPI's patcher), kmod (vmtrack.ko: sees every change, no patching), none (Open "
+        "MPI's memory hooks only), pass (nothing cached), uffd (userfaultfd: no patching, "
+        "~50 us per unmap of a registered range), hooks (as auto without kmod; refused if Open "
+        "MPI's patcher is already active). --mca memory patcher keeps Open MPI's patcher. The "
+        "environment variable VMTRACK_TRACKER, when set, wins.",
         MCA_BASE_VAR_TYPE_INT, trackers, 0, 0, OPAL_INFO_LVL_4,
         MCA_BASE_VAR_SCOPE_READONLY, &tracker_index);
     if (trackers)
@@ -98,27 +101,47 @@ static int vmt_ompi_register(void)
     return OPAL_SUCCESS;
 }
 
-/* Is component `name` allowed by a framework selection string ("a,b", "^a,b", or empty)? */
-static bool selection_allows(const char *sel, const char *name)
+static const char *source_name(mca_base_var_source_t source)
 {
-    if (NULL == sel || '\0' == *sel)
-        return true;
-    bool negate = ('^' == *sel);
-    const char *p = negate ? sel + 1 : sel;
-    size_t n = strlen(name);
-    bool listed = false;
-    while (*p) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        while (len && ' ' == *p) { p++; len--; }
-        while (len && ' ' == p[len - 1]) len--;
-        if (len == n && 0 == strncmp(p, name, n))
-            listed = true;
-        if (!comma)
-            break;
-        p = comma + 1;
+    switch (source) {
+    case MCA_BASE_VAR_SOURCE_COMMAND_LINE: return "command line";
+    case MCA_BASE_VAR_SOURCE_ENV: return "environment";
+    case MCA_BASE_VAR_SOURCE_FILE: return "parameter file";
+    case MCA_BASE_VAR_SOURCE_SET: return "set by a program";
+    case MCA_BASE_VAR_SOURCE_OVERRIDE: return "override file";
+    default: return NULL;
     }
-    return negate ? !listed : listed;
+}
+
+/* A framework's selection variable is registered when the framework is. Before that, a
+ * registration of our own (the flags the framework uses: re-registration keeps them) reads it
+ * from the environment, the override and the parameter files as Open MPI will, and is
+ * deregistered again (Open MPI re-registers deregistered variables in place). */
+const char *vmt_ompi_framework_selection(const char *name, char *buf, size_t len,
+                                         const char **source_out)
+{
+    if (source_out)
+        *source_out = NULL;
+    buf[0] = '\0';
+    char *early = NULL;
+    int idx = mca_base_var_find("opal", name, NULL, NULL);
+    bool temporary = idx < 0;
+    if (temporary)
+        idx = mca_base_var_register("opal", name, NULL, NULL, "Components to use (read early "
+                                    "by the vmtrack rcache)", MCA_BASE_VAR_TYPE_STRING, NULL,
+                                    0, MCA_BASE_VAR_FLAG_SETTABLE, OPAL_INFO_LVL_2,
+                                    MCA_BASE_VAR_SCOPE_ALL_EQ, &early);
+    if (idx < 0)
+        return NULL;
+    char **value = NULL;
+    mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
+    if (OPAL_SUCCESS == mca_base_var_get_value(idx, &value, &source, NULL) && value && *value)
+        snprintf(buf, len, "%s", *value);
+    if (source_out)
+        *source_out = source_name(source);
+    if (temporary)
+        (void) mca_base_var_deregister(idx);
+    return buf[0] ? buf : NULL;
 }
 
 /* Value of an MCA string variable: the registered variable if it exists, else the
@@ -173,18 +196,20 @@ static void check_selection(void)
     if (done)
         return;
     done = true;
-    const char *rsel = mca_string("rcache", "opal", "rcache", NULL, NULL);
-    if (selection_allows(rsel, "grdma"))
+    char rbuf[128], bbuf[128];
+    const char *rsel = vmt_ompi_framework_selection("rcache", rbuf, sizeof(rbuf), NULL);
+    if (vmt_ompi_selection_allows(rsel, "grdma"))
         return;   /* grdma stays available for whoever asks for it */
 
-    const char *bsel = mca_string("btl", "opal", "btl", NULL, NULL);
+    /* what the btl framework will use: also Debian's parameter file (btl = ^uct,openib,ofi) */
+    const char *bsel = vmt_ompi_framework_selection("btl", bbuf, sizeof(bbuf), NULL);
     const char *openib_rcache = mca_string("btl_openib_rcache", "opal", "btl", "openib", "rcache");
-    if (selection_allows(bsel, "openib")) {
+    if (vmt_ompi_selection_allows(bsel, "openib")) {
         if (NULL == openib_rcache) {
             setenv("OMPI_MCA_btl_openib_rcache", "vmtrack", 0);
             opal_output_verbose(10, C.output, "rcache vmtrack: rcache selection \"%s\" leaves out "
                                 "grdma; btl_openib_rcache set to vmtrack", rsel);
-        } else if (!selection_allows(rsel, openib_rcache)) {
+        } else if (!vmt_ompi_selection_allows(rsel, openib_rcache)) {
             opal_output(0, "rcache vmtrack: btl openib asks for rcache \"%s\" "
                         "(btl_openib_rcache), which \"--mca rcache %s\" leaves out, so openib "
                         "cannot register memory. Fix: --mca btl_openib_rcache vmtrack",
@@ -195,7 +220,7 @@ static void check_selection(void)
     bool knem = (0 == stat("/dev/knem", &st));
     const char *hard[] = {"ofi", "uct", knem ? "vader" : NULL};
     for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++) {
-        if (NULL == hard[i] || !selection_allows(bsel, hard[i]) ||
+        if (NULL == hard[i] || !vmt_ompi_selection_allows(bsel, hard[i]) ||
             !component_installed("btl", hard[i]))
             continue;
         opal_output(0, "rcache vmtrack: \"--mca rcache %s\" leaves out grdma, but btl %s of "
@@ -212,11 +237,13 @@ static int vmt_ompi_open(void)
     C.output = opal_output_open(NULL);
     opal_output_set_verbosity(C.output, C.verbose);
     check_selection();
+    vmt_ompi_takeover();
     return OPAL_SUCCESS;
 }
 
 static int vmt_ompi_close(void)
 {
+    vmt_ompi_takeover_close();
     /* Modules are finalized by the framework before components close. The shared cache
      * belongs to the process (other libraries may use it): it is never destroyed here. */
     if (C.output >= 0) {
@@ -228,6 +255,7 @@ static int vmt_ompi_close(void)
 
 static mca_rcache_base_module_t *vmt_ompi_init(mca_rcache_base_resources_t *resources)
 {
+    vmt_ompi_takeover_guard();
     return vmt_ompi_module_create(resources);
 }
 
@@ -247,7 +275,7 @@ static bool opal_events_reach_rcache(void)
     return (0 != opal_leave_pinned || opal_leave_pinned_pipeline) && opal_patcher_active();
 }
 
-static bool kmod_usable(void)
+bool vmt_ompi_kmod_usable(void)
 {
     /* Look before asking vmtrack, which logs why a tracker it was told to use is missing. */
     if (0 != access("/dev/vmtrack", R_OK | W_OK))
@@ -260,6 +288,14 @@ static bool kmod_usable(void)
     return true;
 }
 
+const char *vmt_ompi_tracker_param(void)
+{
+    for (size_t i = 0; tracker_values[i].string; i++)
+        if (tracker_values[i].value == tracker_index)
+            return tracker_values[i].string;
+    return "auto";
+}
+
 static void set_env_size(const char *name, unsigned long v)
 {
     if (0 == v || getenv(name))
@@ -269,6 +305,12 @@ static void set_env_size(const char *name, unsigned long v)
     setenv(name, buf, 0);
 }
 
+void vmt_ompi_apply_limits(void)
+{
+    set_env_size("VMTRACK_MAX_ENTRIES", C.max_entries);
+    set_env_size("VMTRACK_MAX_BYTES", C.max_bytes);
+}
+
 /* Called under C.lock by the first module creation (and again by later ones, cheaply):
  * create vmt_shared() with the tracker the parameters ask for, and decide how modules keep
  * registrations. 0, or a negative errno with why[] filled. */
@@ -276,13 +318,10 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
 {
     if (NULL == C.cache) {
         const char *want = getenv("VMTRACK_TRACKER");
-        const char *param = "auto";
-        for (size_t i = 0; tracker_values[i].string; i++)
-            if (tracker_values[i].value == tracker_index)
-                param = tracker_values[i].string;
+        const char *param = vmt_ompi_tracker_param();
         if (NULL == want || '\0' == *want) {
             if (0 == strcmp(param, "auto"))
-                want = kmod_usable() ? "kmod" : "none";
+                want = vmt_ompi_kmod_usable() ? "kmod" : "none";
             else
                 want = param;
             setenv("VMTRACK_TRACKER", want, 1);
@@ -290,8 +329,7 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen)
             opal_output(0, "rcache vmtrack: VMTRACK_TRACKER=%s overrides rcache_vmtrack_tracker=%s",
                         want, param);
         }
-        set_env_size("VMTRACK_MAX_ENTRIES", C.max_entries);
-        set_env_size("VMTRACK_MAX_BYTES", C.max_bytes);
+        vmt_ompi_apply_limits();
         struct vmt_cache *cache = vmt_shared();
         if (NULL == cache) {
             int err = errno ? errno : EINVAL;

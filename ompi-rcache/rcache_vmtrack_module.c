@@ -23,6 +23,11 @@
  * a few bytes of initial-exec TLS in dlopen()ed objects. */
 #define VMT_TLS __thread __attribute__((tls_model("initial-exec")))
 static VMT_TLS int last_btl_rc;
+/* The page range this thread's vmt_get asked for: vmtrack may register a larger one (merged
+ * with cached neighbours), and a neighbour being unmapped meanwhile makes the BTL fail on
+ * memory the caller never asked for. */
+static VMT_TLS uintptr_t asked_lo, asked_hi;
+static uintptr_t page_size = 4096;   /* sysconf's, from the first module creation */
 
 /* Set while this thread forwards an Open MPI memory-hook event to vmtrack: vmt_invalidate
  * deregisters unused registrations at once, but the hook may run inside free() or munmap()
@@ -124,10 +129,16 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
         reg_free(reg);
         last_btl_rc = rc;
         /* OUT_OF_RESOURCE: the cache evicts unused registrations and retries once. */
-        return OPAL_ERR_OUT_OF_RESOURCE == rc ? -ENOMEM : -EIO;
+        if (OPAL_ERR_OUT_OF_RESOURCE == rc)
+            return -ENOMEM;
+        /* -EFAULT on a merged range: vmtrack retries with just the request. */
+        if ((uintptr_t) addr < asked_lo || (uintptr_t) addr + len > asked_hi)
+            return -EFAULT;
+        return -EIO;
     }
     stat_add(&m->n_btl_reg);
     *handle = reg;
+    vmt_ompi_takeover_guard();   /* a miss already pays for a registration */
     return 0;
 }
 
@@ -226,6 +237,9 @@ static int vmt_ompi_register(mca_rcache_base_module_t *rcache, void *addr, size_
 
     struct vmt_reg *vr = NULL;
     last_btl_rc = OPAL_SUCCESS;
+    uintptr_t page = page_size;
+    asked_lo = (uintptr_t) addr & ~(page - 1);
+    asked_hi = ((uintptr_t) addr + size + page - 1) & ~(page - 1);
     int rc = vmt_get(m->dev, addr, size, vmt_ompi_access_to_vmt(access_flags), &vr);
     if (rc < 0) {
         stat_add(&m->n_errors);
@@ -409,6 +423,7 @@ mca_rcache_base_module_t *vmt_ompi_module_create(mca_rcache_base_resources_t *re
                     sizeof(mca_rcache_base_registration_t));
         return NULL;
     }
+    page_size = (uintptr_t) sysconf(_SC_PAGESIZE);
     mca_rcache_vmtrack_module_t *m = calloc(1, sizeof(*m));
     if (NULL == m)
         return NULL;

@@ -8,12 +8,7 @@ so="$builddir/.libs/mca_rcache_vmtrack.so"
 command -v ompi_info >/dev/null 2>&1 || { echo "SKIP: ompi_info not found"; exit 77; }
 [ -f "$so" ] || { echo "FAIL: $so not built"; exit 1; }
 
-sysdir=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
-comp="$builddir/test/ompi/components"
-mkdir -p "$comp"
-ln -sf "$so" "$comp/.mca_rcache_vmtrack.so.$$" && mv -f "$comp/.mca_rcache_vmtrack.so.$$" "$comp/mca_rcache_vmtrack.so"
-export OMPI_MCA_mca_base_component_path="$comp:$sysdir"
-export LD_LIBRARY_PATH="$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/ompi_env.sh"
 
 fail=0
 check() {  # check DESCRIPTION COMMAND...: COMMAND must succeed
@@ -45,7 +40,7 @@ check "... and the valid values are listed" sh -c "printf '%s\n' \"\$1\" | grep 
 # so a singleton MPI program does it.)
 prog="$builddir/test/ompi/mpi_rdma_check"
 if [ -f "$sysdir/mca_btl_ofi.so" ] && [ -x "$prog" ]; then
-	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1
+	export OMPI_MCA_pml=ob1
 	msg=$(OMPI_MCA_rcache=vmtrack OMPI_MCA_btl=self,ofi timeout 120 "$prog" 2>&1); rc=$?
 	printf '%s\n' "$msg" | sed -n '/rcache vmtrack/p; /cannot create rcache/p' | head -3
 	check "--mca rcache vmtrack --mca btl self,ofi fails (status $rc)" test "$rc" -ne 0

@@ -70,6 +70,8 @@ static int setup_common(const char *component, void **ctx, struct io_uring *ring
     return 0;
 }
 
+static void o_teardown(void *ctx);
+
 static int vmtrack_setup(void **ctx, struct io_uring *ring, const char *variant, char *why,
                          size_t whylen)
 {
@@ -81,10 +83,8 @@ static int vmtrack_setup(void **ctx, struct io_uring *ring, const char *variant,
     const char *in_use = vmt_cache_tracker(vmt_shared());
     if (variant && strcmp(variant, in_use) != 0) {
         snprintf(why, whylen, "asked for tracker %s, the shared cache has %s", variant, in_use);
-        struct oprov *p = *ctx;
-        mca_rcache_base_module_destroy(p->rcache);
-        scn_ring_table_destroy(p->table);
-        free(p);
+        o_teardown(*ctx);
+        *ctx = NULL;   /* the harness must not tear it down again */
         return -ENOTSUP;
     }
     return 0;

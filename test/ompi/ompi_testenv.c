@@ -11,6 +11,12 @@
 
 #include <mpi.h>
 
+#include "opal_config.h"
+#include "opal/mca/base/base.h"
+#include "opal/mca/rcache/base/base.h"
+
+#include "ompi-rcache/rcache_vmtrack.h"
+
 #ifndef VMT_OMPI_BUILDDIR
 #error "VMT_OMPI_BUILDDIR (the build tree's absolute path) must be defined"
 #endif
@@ -44,6 +50,7 @@ int vmt_ompi_test_mpi_init(int *argc, char ***argv)
     snprintf(path, sizeof(path), "%s:%s", vmt_ompi_test_component_dir(),
              VMT_OMPI_SYSTEM_COMPONENTDIR);
     setenv("OMPI_MCA_mca_base_component_path", path, 0);
+    setenv("OMPI_MCA_rcache", "vmtrack,grdma", 0);
     setenv("OMPI_MCA_pml", "ob1", 0);
     setenv("OMPI_MCA_btl", "self", 0);
     setenv("OMPI_MCA_osc", "pt2pt", 0);
@@ -55,4 +62,15 @@ int vmt_ompi_test_mpi_init(int *argc, char ***argv)
         return -1;
     }
     return 0;
+}
+
+struct mca_rcache_vmtrack_component_t *vmt_ompi_test_component(void)
+{
+    mca_base_component_list_item_t *cli;
+    OPAL_LIST_FOREACH(cli, &opal_rcache_base_framework.framework_components,
+                      mca_base_component_list_item_t) {
+        if (0 == strcmp(cli->cli_component->mca_component_name, "vmtrack"))
+            return (mca_rcache_vmtrack_component_t *) cli->cli_component;
+    }
+    return NULL;
 }

@@ -12,11 +12,24 @@ OMPI_TEST_DEPS = mca_rcache_vmtrack.la
 check_PROGRAMS += test/ompi/test_ompi_framework
 TESTS += test/ompi/test_ompi_framework
 test_ompi_test_ompi_framework_SOURCES = test/ompi/test_ompi_framework.c \
-	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h \
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
 test_ompi_test_ompi_framework_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+if HAVE_UCX
+# UCX is there: the guard test loads it to patch libc after the takeover
+test_ompi_test_ompi_framework_CPPFLAGS += -DVMT_OMPI_TEST_UCX=1
+endif
 test_ompi_test_ompi_framework_LDADD = $(OMPI_TEST_LIBS)
 test_ompi_test_ompi_framework_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_framework_DEPENDENCIES = $(OMPI_TEST_DEPS)
+
+# The takeover decision, one condition at a time (no MPI).
+check_PROGRAMS += test/ompi/test_ompi_takeover
+TESTS += test/ompi/test_ompi_takeover
+test_ompi_test_ompi_takeover_SOURCES = test/ompi/test_ompi_takeover.c \
+	ompi-rcache/takeover_gate.c ompi-rcache/takeover_gate.h
+test_ompi_test_ompi_takeover_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CHECK_CFLAGS)
+test_ompi_test_ompi_takeover_LDADD = $(CHECK_LIBS)
 
 # The scenario suite through the framework, for vmtrack (each tracker) and grdma.
 check_PROGRAMS += test/ompi/test_ompi_scenarios
@@ -29,12 +42,28 @@ test_ompi_test_ompi_scenarios_LDADD = libscenarios.la $(OMPI_TEST_LIBS) $(URING_
 test_ompi_test_ompi_scenarios_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_scenarios_DEPENDENCIES = $(OMPI_TEST_DEPS)
 
+# ... and with --mca memory patcher (Open MPI's patcher stays: the mode before the takeover).
+TESTS += test/ompi/scenarios_patcher.sh
+
 # The MPI job for mpirun -np 2 through a real BTL (test/ompi/mpirun_rxe.sh, in the guest rig).
 check_PROGRAMS += test/ompi/mpi_rdma_check
 test_ompi_mpi_rdma_check_SOURCES = test/ompi/mpi_rdma_check.c
 test_ompi_mpi_rdma_check_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(OMPI_PREFIX_INC)
 test_ompi_mpi_rdma_check_LDADD = libvmtrack.la $(OMPI_LIBS)
 test_ompi_mpi_rdma_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
+
+# mpirun -np 2 --mca rcache vmtrack on the host (vader, and pml ucx): vmtrack's hooks the only
+# patcher, Open MPI's and UCX's consumers still get events.
+check_PROGRAMS += test/ompi/mpi_hooks_check
+test_ompi_mpi_hooks_check_SOURCES = test/ompi/mpi_hooks_check.c \
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
+test_ompi_mpi_hooks_check_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
+test_ompi_mpi_hooks_check_LDADD = $(OMPI_LIBS) $(OMPI_PAL_LIBS) -ldl
+test_ompi_mpi_hooks_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ompi_mpi_hooks_check_DEPENDENCIES = $(OMPI_TEST_DEPS)
+TESTS += test/ompi/mpirun_host.sh
+# ... and each condition of the takeover made false: skipped, saying why.
+TESTS += test/ompi/takeover_gates.sh
 
 # ompi_info shows the component and its parameters; --mca rcache vmtrack names the fix.
 TESTS += test/ompi/ompi_info.sh

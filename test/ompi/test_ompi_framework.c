@@ -5,7 +5,9 @@
  * bad arguments refused, and one memory event reaching every cache in the process once.
  * Each test runs in a child forked by Check after MPI_Init. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +19,14 @@
 
 #include "opal_config.h"
 #include "opal/mca/base/base.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/memory/base/base.h"
 #include "opal/mca/rcache/base/base.h"
+#include "opal/memoryhooks/memory.h"
 #include "opal/mca/rcache/rcache.h"
 #include "opal/runtime/opal_params.h"
 
+#include "ompi-rcache/entry_owner.h"
 #include "ompi-rcache/rcache_vmtrack.h"
 #include "ompi_testenv.h"
 #include "vmtrack.h"
@@ -293,15 +299,27 @@ START_TEST(t_leave_pinned_off_uncached)
 }
 END_TEST
 
-static int events_in_range;
+static int events_in_range, opal_events_in_range;
 static unsigned char *watched;
 static size_t watched_len;
+static bool in_watched(const void *addr, size_t len)
+{
+    const unsigned char *a = addr;
+    return a < watched + watched_len && a + len > watched;
+}
 static void count_event(void *arg, const void *addr, size_t len)
 {
     (void) arg;
-    const unsigned char *a = addr;
-    if (a < watched + watched_len && a + len > watched)
+    if (in_watched(addr, len))
         __atomic_fetch_add(&events_in_range, 1, __ATOMIC_RELAXED);
+}
+/* an opal_mem_hooks user like grdma, common_ucx or osc */
+static void count_opal_event(void *buf, size_t len, void *cbdata, bool from_alloc)
+{
+    (void) cbdata;
+    (void) from_alloc;
+    if (in_watched(buf, len))
+        __atomic_fetch_add(&opal_events_in_range, 1, __ATOMIC_RELAXED);
 }
 
 /* grdma and two vmtrack modules register the same buffer; munmap through libc. Every cache
@@ -323,6 +341,7 @@ START_TEST(t_event_reaches_every_cache_once)
     watched_len = 16 * 4096;
     watched = map_pages(16);
     ck_assert_int_eq(vmt_subscribe(vmt_shared(), count_event, NULL), 0);
+    ck_assert_int_eq(opal_mem_hooks_register_release(count_opal_event, NULL), OPAL_SUCCESS);
     mca_rcache_base_registration_t *rg, *r1, *r2;
     ck_assert_int_eq(REG(g, watched, watched_len, 0, 0, &rg), OPAL_SUCCESS);
     ck_assert_int_eq(REG(v1, watched, watched_len, 0, 0, &r1), OPAL_SUCCESS);
@@ -336,6 +355,9 @@ START_TEST(t_event_reaches_every_cache_once)
     struct vmt_stats s0 = {.sz = sizeof(s0)}, s1 = {.sz = sizeof(s1)};
     vmt_stats_get(vmt_shared(), &s0);
     ck_assert_int_eq(munmap(watched, watched_len), 0);
+    /* whoever patches libc (Open MPI's patcher, or vmtrack's hooks forwarding to Open MPI),
+     * every opal_mem_hooks user sees the unmap once */
+    ck_assert_int_eq(opal_events_in_range, 1);
     mca_rcache_vmtrack_module_t *m1 = (mca_rcache_vmtrack_module_t *) v1;
     mca_rcache_vmtrack_module_t *m2 = (mca_rcache_vmtrack_module_t *) v2;
     ck_assert_int_eq(m1->mode, m2->mode);
@@ -345,6 +367,11 @@ START_TEST(t_event_reaches_every_cache_once)
         ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 1);
         vmt_stats_get(vmt_shared(), &s1);
         ck_assert_uint_ge(s1.invalidations - s0.invalidations, 1);
+    } else if (0 == strcmp(tracker, "hooks")) {
+        /* vmtrack's hooks: seen in the unmapping thread, once; the forwarder gave it to Open
+         * MPI (counted above), and nothing came back to the modules to forward */
+        ck_assert_int_eq(events_in_range, 1);
+        ck_assert_uint_eq(m1->n_forwarded + m2->n_forwarded, 0);
     } else {
         /* vmtrack's own tracker (kmod) reports it; Open MPI's hook events are not forwarded
          * (they would count it twice). kmod reports asynchronously: checked below. */
@@ -373,6 +400,7 @@ START_TEST(t_event_reaches_every_cache_once)
     DEREG(v1, r1);
     DEREG(v2, r2);
     vmt_unsubscribe(vmt_shared(), count_event, NULL);
+    opal_mem_hooks_unregister_release(count_opal_event);
     mca_rcache_base_module_destroy(v2);
     mca_rcache_base_module_destroy(v1);
     mca_rcache_base_module_destroy(g);
@@ -431,6 +459,124 @@ START_TEST(t_finalize_with_held_registration)
 }
 END_TEST
 
+static bool kmod_usable(void)
+{
+    return 0 == access("/dev/vmtrack", R_OK | W_OK);
+}
+
+static const char *const patched_fns[] = {"mmap", "munmap", "mremap", "madvise", "brk",
+                                          "shmat", "shmdt"};
+
+/* The default mode without vmtrack.ko: vmtrack's hooks took over at the component's open, Open
+ * MPI's patcher was left out of the memory framework when a module creation opened it, the
+ * memory-hook support is declared, and every entry Open MPI's patcher would patch jumps into
+ * libvmtrack. */
+START_TEST(t_takeover_default_mode)
+{
+    mca_rcache_vmtrack_component_t *comp = vmt_ompi_test_component();
+    ck_assert_ptr_nonnull(comp);
+    fprintf(stderr, "[takeover] %s\n", comp->takeover_note);
+    if (kmod_usable()) {
+        ck_assert_msg(!comp->took_over, "took over although vmtrack.ko is usable");
+        ck_assert_ptr_nonnull(strstr(comp->takeover_note, "vmtrack.ko is usable"));
+        return;
+    }
+    ck_assert_msg(comp->took_over, "no takeover: %s", comp->takeover_note);
+    ck_assert_str_eq(vmt_cache_tracker(vmt_shared()), "hooks");
+    ck_assert_ptr_eq(comp->cache, vmt_shared());
+
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *g = make("grdma", "fake.g", &b);   /* opens the memory framework */
+    ck_assert_ptr_nonnull(g);
+    ck_assert(mca_base_framework_is_open(&opal_memory_base_framework));
+    mca_base_component_list_item_t *cli;
+    OPAL_LIST_FOREACH(cli, &opal_memory_base_framework.framework_components,
+                      mca_base_component_list_item_t) {
+        ck_assert_msg(0 != strcmp(cli->cli_component->mca_component_name, "patcher"),
+                      "Open MPI's patcher is in the memory framework");
+    }
+    int idx = mca_base_var_find("opal", "memory", NULL, NULL);
+    ck_assert_int_ge(idx, 0);
+    char **value = NULL;
+    ck_assert_int_eq(mca_base_var_get_value(idx, &value, NULL, NULL), OPAL_SUCCESS);
+    ck_assert_str_eq(*value, "^patcher");
+    const int both = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    ck_assert_int_eq(opal_mem_hooks_support_level() & both, both);
+    ck_assert_int_eq(opal_leave_pinned, 1);                     /* grdma caches */
+
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(libc);
+    for (size_t i = 0; i < sizeof(patched_fns) / sizeof(patched_fns[0]); i++) {
+        const char *owner = vmt_ompi_entry_owner(dlsym(libc, patched_fns[i]));
+        fprintf(stderr, "[takeover] %s -> %s\n", patched_fns[i], owner);
+        ck_assert_msg(strstr(owner, "libvmtrack"), "%s() jumps to %s", patched_fns[i], owner);
+    }
+    dlclose(libc);
+    mca_rcache_base_module_destroy(g);
+}
+END_TEST
+
+/* A library that patches libc after the takeover (UCX's ucm told to patch in bistro mode):
+ * the next registration miss warns, once, that Open MPI's consumers are cut off. */
+START_TEST(t_takeover_guard_warns_once)
+{
+    mca_rcache_vmtrack_component_t *comp = vmt_ompi_test_component();
+    ck_assert_ptr_nonnull(comp);
+    if (!comp->took_over) {
+        fprintf(stderr, "[guard] not checked: no takeover here (%s)\n", comp->takeover_note);
+        return;
+    }
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "bistro", 1);
+    void *ucs = dlopen("libucs.so.0", RTLD_NOW);
+#ifdef VMT_OMPI_TEST_UCX
+    ck_assert_msg(ucs, "UCX was found at configure time but: %s", dlerror());
+#else
+    if (NULL == ucs) {   /* built without UCX: nothing here patches libc on demand */
+        fprintf(stderr, "[guard] not checked (built without UCX): %s\n", dlerror());
+        return;
+    }
+#endif
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    const char *owner = vmt_ompi_entry_owner(dlsym(libc, "munmap"));
+    fprintf(stderr, "[guard] after loading libucs: munmap -> %s\n", owner);
+    ck_assert_ptr_null(strstr(owner, "libvmtrack"));            /* ucm did patch over us */
+
+    char log[] = "/tmp/vmt_ompi_guard.XXXXXX";
+    int fd = mkstemp(log);
+    ck_assert_int_ge(fd, 0);
+    unlink(log);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    struct fake_btl b = {0};
+    mca_rcache_base_module_t *m = make("vmtrack", "fake.guard", &b);
+    unsigned char *buf = map_pages(4);
+    mca_rcache_base_registration_t *r = NULL;
+    for (int i = 0; i < 3; i++) {                               /* three misses */
+        ck_assert_int_eq(REG(m, buf + i * 4096, 4096, MCA_RCACHE_FLAGS_CACHE_BYPASS, 0, &r),
+                         OPAL_SUCCESS);
+        DEREG(m, r);
+        ck_assert_int_eq(REG(m, buf + i * 4096, 4096, 0, 0, &r), OPAL_SUCCESS);
+        DEREG(m, r);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[8192] = "";
+    ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+    close(fd);
+    ck_assert_int_gt(n, 0);
+    text[n] = '\0';
+    fprintf(stderr, "%s", text);
+    const char *w = strstr(text, "was patched again after vmtrack took over");
+    ck_assert_msg(w, "no warning");
+    ck_assert_ptr_null(strstr(w + 1, "was patched again after vmtrack took over"));   /* once */
+    ck_assert_ptr_nonnull(strstr(text, "--mca memory patcher"));
+    mca_rcache_base_module_destroy(m);
+    munmap(buf, 4 * 4096);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ompi-rcache");
@@ -445,6 +591,8 @@ static Suite *suite(void)
     tcase_add_test(tc, t_event_reaches_every_cache_once);
     tcase_add_test(tc, t_held_registration_survives_unmap);
     tcase_add_test(tc, t_finalize_with_held_registration);
+    tcase_add_test(tc, t_takeover_default_mode);
+    tcase_add_test(tc, t_takeover_guard_warns_once);
     suite_add_tcase(s, tc);
     return s;
 }

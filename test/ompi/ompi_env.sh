@@ -1,0 +1,12 @@
+# Sourced by the Open MPI test scripts (sh): let Open MPI load mca_rcache_vmtrack.so from the
+# build tree (a directory holding only it, ahead of the system's component directory), find
+# libvmtrack there, and run as root. Needs $builddir; sets $sysdir, $comp and $so.
+so="$builddir/.libs/mca_rcache_vmtrack.so"
+sysdir=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
+comp="$builddir/test/ompi/components"
+mkdir -p "$comp"
+ln -sf "$so" "$comp/.mca_rcache_vmtrack.so.$$" &&
+	mv -f "$comp/.mca_rcache_vmtrack.so.$$" "$comp/mca_rcache_vmtrack.so"
+export OMPI_MCA_mca_base_component_path="$comp:$sysdir"
+export LD_LIBRARY_PATH="$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
