@@ -41,7 +41,7 @@ static void fake_notify(struct fid_mem_monitor *f, const void *addr, size_t len)
     int has = vmt_ofi_mon_notifier(&mon, &notifier);
     /* libfabric's notify takes mm_lock: from a thread that holds it, that is the deadlock. */
     int self_held = __atomic_load_n(&mm_owned, __ATOMIC_ACQUIRE) &&
-                    pthread_equal(mm_owner, pthread_self());
+                    pthread_equal(__atomic_load_n(&mm_owner, __ATOMIC_RELAXED), pthread_self());
     pthread_mutex_lock(&mm_lock);
     pthread_mutex_lock(&seen.lock);
     if (seen.calls < 4096)
@@ -64,7 +64,7 @@ static struct fi_ops_mem_notify fake_import = {.size = sizeof(fake_import), .not
 static void mm_enter(void)
 {
     pthread_mutex_lock(&mm_lock);
-    mm_owner = pthread_self();
+    __atomic_store_n(&mm_owner, pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&mm_owned, 1, __ATOMIC_RELEASE);
 }
 
@@ -145,6 +145,24 @@ static void replace_pages(void *p, size_t len)
     memset(p, 2, len);
 }
 
+/* A started monitor with one range of LEN bytes subscribed (as a domain's first miss does). */
+static void *started_with_range(void)
+{
+    setup_mon(0);
+    start_mon();
+    void *p = map_buf(LEN);
+    ck_assert_int_eq(subscribe(p, LEN), 0);
+    return p;
+}
+
+/* Wait (up to 1 s) for the notifier to have emptied every slot. */
+static void wait_ranges_empty(void)
+{
+    for (int i = 0; i < 1000 && stats().ranges; i++)
+        usleep(1000);
+    ck_assert_uint_eq(stats().ranges, 0);
+}
+
 /* ---- tests ------------------------------------------------------------------------------- */
 START_TEST(before_start_nothing_is_cached)
 {
@@ -161,10 +179,7 @@ END_TEST
 
 START_TEST(hit_then_change_then_miss)
 {
-    setup_mon(0);
-    start_mon();
-    void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    void *p = started_with_range();
     ck_assert_int_eq(valid(p, LEN), 1);
     ck_assert_int_eq(valid(p, LEN), 1);
     replace_pages(p, LEN);
@@ -173,9 +188,7 @@ START_TEST(hit_then_change_then_miss)
     ck_assert_uint_le(seen.last_addr, (uintptr_t)p);
     ck_assert_uint_ge(seen.last_addr + seen.last_len, (uintptr_t)p + LEN);
     /* After the notify the range is cacheable again, under a new watch. */
-    for (int i = 0; i < 1000 && stats().ranges; i++)
-        usleep(1000);
-    ck_assert_uint_eq(stats().ranges, 0);
+    wait_ranges_empty();
     ck_assert_int_eq(subscribe(p, LEN), 0);
     ck_assert_int_eq(valid(p, LEN), 1);
     ck_assert_int_eq(seen.wrong_thread, 0);
@@ -187,10 +200,7 @@ START_TEST(valid_asks_vmtrack_without_the_notifier)
 {
     /* With the notifier stopped nothing marks the range dead: valid() itself must see the
      * change through vmtrack's watch. */
-    setup_mon(0);
-    start_mon();
-    void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    void *p = started_with_range();
     atomic_store(&mon.quit, 1);
     vmt_ofi_queue_kick(&mon.queue);
     pthread_join(mon.thread, NULL);
@@ -219,9 +229,7 @@ START_TEST(two_domains_share_a_range)
     mon.ops.unsubscribe(&mon.fid, p, LEN);
     ck_assert_int_eq(valid(p, LEN), 0);
     ck_assert(wait_notifies(1));
-    for (int i = 0; i < 1000 && stats().ranges; i++)
-        usleep(1000);
-    ck_assert_uint_eq(stats().ranges, 0);
+    wait_ranges_empty();
 }
 END_TEST
 
@@ -230,10 +238,7 @@ START_TEST(a_changed_range_is_not_recached_before_its_notify)
     /* Domain 1 and 2 cache range R under watch W. R changes. Domain 1's hit says false and it
      * registers again; its subscribe must not put R under a new watch while domain 2's entry
      * (old pages) may still be cached: refused until the notify went out. */
-    setup_mon(0);
-    start_mon();
-    void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    void *p = started_with_range();
     ck_assert_int_eq(subscribe(p, LEN), 0);
     pthread_mutex_lock(&mon.notify_lock);     /* hold the notifier back */
     replace_pages(p, LEN);
@@ -242,8 +247,7 @@ START_TEST(a_changed_range_is_not_recached_before_its_notify)
     ck_assert_int_eq(valid(p, LEN), 0);       /* domain 2's hit on the old entry */
     pthread_mutex_unlock(&mon.notify_lock);
     ck_assert(wait_notifies(1));
-    for (int i = 0; i < 1000 && stats().ranges; i++)
-        usleep(1000);
+    wait_ranges_empty();
     ck_assert_int_eq(subscribe(p, LEN), 0);
     ck_assert_int_eq(valid(p, LEN), 1);
 }
@@ -273,10 +277,7 @@ END_TEST
 
 START_TEST(no_notify_after_stop_events_dropped)
 {
-    setup_mon(0);
-    start_mon();
-    void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    void *p = started_with_range();
     mon.ops.stop(&mon.fid);
     atomic_store(&stop_returned, 1);
     ck_assert_uint_eq(stats().ranges, 0);    /* no cache left, so no entry: all dropped */
