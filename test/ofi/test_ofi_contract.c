@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "check_run.h"
+#include "../lib/check_run.h"
 #include "monitor.h"
 #include "vmtrack.h"
 
