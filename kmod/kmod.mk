@@ -19,7 +19,7 @@ kmod: FORCE
 	$(AM_V_at)for f in $(KMOD_GENERATED); do \
 	  cmp -s $$f $(KMOD_BUILDDIR)/$${f#kmod/} || cp $$f $(KMOD_BUILDDIR)/ || exit 1; \
 	done
-	$(MAKE) -C $(KMOD_BUILDDIR) KDIR=$(KERNEL_BUILD) modules
+	$(MAKE) -C $(KMOD_BUILDDIR) KDIR=$(KERNEL_BUILD) KCFLAGS="$(KMOD_KCFLAGS)" modules
 	@echo "kmod: built $(KMOD_KO) for $(KERNEL_BUILD)"
 else
 kmod: FORCE
