@@ -79,3 +79,7 @@ test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIB
 # The command line of `vmtrack check`.
 TESTS += test/check_cli.sh
 EXTRA_DIST += test/check_cli.sh doc/scenarios.md
+
+# The io_uring device on older kernels' tables (common/devices/iouring.cc), forced here.
+TESTS += test/iouring-tables.sh
+EXTRA_DIST += test/iouring-tables.sh

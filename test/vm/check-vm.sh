@@ -24,11 +24,6 @@ echo "guest: $(uname -r), $(nproc) CPUs; module: $(cat /sys/module/vmtrack/versi
 step "kmod contract" "$b/test/kmod/kmod_contract"
 step "kmod tracker (library)" "$b/test/kmod/test_kmod_tracker"
 step "kmod load/unload cycles" "$s/test/kmod/loadcycle.sh" "$b/test/kmod/kmod_contract" 3
-# The io_uring device's tables for kernels without sparse tables (< 5.19) or without buffer
-# updates (< 5.13), forced on this kernel; the suite below uses the best one this kernel has.
-for table in tagged whole; do
-	step "io_uring device, $table table" env VMTRACK_IOURING_TABLE=$table "$b/test/test_iouring"
-done
 if [ -x "$b/vmtrack" ]; then
 	echo "=== vmtrack info (kmod), not pass/fail"
 	VMTRACK_TRACKER=kmod "$b/vmtrack" info || echo "(vmtrack info exited $?)"
