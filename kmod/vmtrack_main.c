@@ -24,13 +24,12 @@
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
-#include <linux/version.h>
 #include <linux/wait.h>
 #include <linux/xarray.h>
 
 #include "uapi/vmtrack_kmod.h"
+#include "vmtrack_version.h"
 
-#define VMTRACK_VERSION		"0.1.0"
 #define WORDS_PER_PAGE		(PAGE_SIZE / sizeof(u32))
 #define MAX_WATCHES_LIMIT	(1u << 26)
 #define MAX_EVENTS_LIMIT	(1u << 20)
@@ -90,7 +89,7 @@ static inline u64 wk_handle(const struct vmtrack_wk *w)
 
 static void vmtrack_set_vm_flags(struct vm_area_struct *vma, vm_flags_t set, vm_flags_t clear)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+#ifdef VMTRACK_HAVE_VM_FLAGS_MOD
 	vm_flags_mod(vma, set, clear);
 #else
 	vma->vm_flags = (vma->vm_flags | set) & ~clear;

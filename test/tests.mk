@@ -182,3 +182,10 @@ check_PROGRAMS += test/test_faults
 TESTS += test/test_faults
 test_test_faults_CFLAGS = $(TEST_CFLAGS)
 test_test_faults_LDADD = $(TEST_LDADD)
+# The command line of `vmtrack check`.
+TESTS += test/check_cli.sh
+EXTRA_DIST += test/check_cli.sh doc/scenarios.md
+
+# The io_uring device on older kernels' tables (common/devices/iouring.cc), forced here.
+TESTS += test/iouring-tables.sh
+EXTRA_DIST += test/iouring-tables.sh

@@ -40,17 +40,33 @@ std::string json_escape(const std::string &s)
     return out;
 }
 
+// Which fixed-buffer table the io_uring device gets here (common/devices/iouring.cc tries
+// the same three, best first).
 std::string probe_iouring()
 {
     struct io_uring ring;
     int rc = io_uring_queue_init(4, &ring, 0);
     if (rc < 0)
         return std::string("unavailable: io_uring_queue_init: ") + strerror(-rc);
-    rc = io_uring_register_buffers_sparse(&ring, 16384);
+    std::string kind;
+    static char page[4096] __attribute__((aligned(4096)));
+    struct iovec iov[16] = {};
+    __u64 tags[16] = {};
+    if ((rc = io_uring_register_buffers_sparse(&ring, 16384)) == 0) {
+        kind = "usable (sparse table: 16384 fixed-buffer slots, 1 GiB per buffer)";
+    } else if ((rc = io_uring_register_buffers_tags(&ring, iov, tags, 16)) == 0) {
+        kind = "usable (no sparse tables before Linux 5.19: a table of empty slots, updated "
+               "in place)";
+    } else {
+        iov[0] = {page, sizeof(page)};
+        if ((rc = io_uring_register_buffers(&ring, iov, 1)) == 0)
+            kind = "usable, slowly (no buffer updates before Linux 5.13: each registration "
+                   "re-registers a 64-slot table and waits for the ring to be idle)";
+    }
     io_uring_queue_exit(&ring);
-    if (rc < 0)
-        return std::string("unavailable: sparse fixed-buffer table: ") + strerror(-rc);
-    return "usable (16384 fixed-buffer slots, 1 GiB per buffer)";
+    if (kind.empty())
+        return std::string("unavailable: fixed buffers: ") + strerror(-rc);
+    return kind;
 }
 
 std::string probe_verbs()

@@ -1,4 +1,13 @@
-// The io_uring device: registrations are fixed buffers in a sparse table that vmtrack owns.
+// The io_uring device: registrations are fixed buffers in a table that vmtrack owns.
+//
+// The table is made the best way the running kernel allows, tried in this order:
+//   sparse  (Linux 5.19+): IORING_RSRC_REGISTER_SPARSE, then one tagged update per slot;
+//   tagged  (5.13+): a table of empty iovecs (IORING_REGISTER_BUFFERS2), updated the same way;
+//   whole   (5.1+): no updates at all: every reg/dereg unregisters the table and registers it
+//           again with the slot changed; empty slots point at a one-page filler (old kernels
+//           refuse empty iovecs). Correct but slow, and each change waits until the ring has
+//           no request in flight (the kernel quiesces it): the default table is small.
+// Distribution kernels (RHEL 9's and SLES 15's 5.14, Ubuntu 22.04's 5.15) may have any of them.
 //
 // Built only on the public API (vmt_device_attach with a vmt_device_ops). One context per ring,
 // process-wide, so that every library that attaches the same struct io_uring gets the same
@@ -24,6 +33,19 @@ namespace {
 
 constexpr unsigned kMaxSlots = 16384;                 // IORING_MAX_REG_BUFFERS
 constexpr size_t kMaxBufferBytes = size_t(1) << 30;  // the kernel's limit per fixed buffer
+constexpr unsigned kWholeTableDefaultSlots = 64;     // every change re-registers them all
+
+enum class Table { sparse, tagged, whole };
+
+const char *table_name(Table t)
+{
+    switch (t) {
+    case Table::sparse: return "sparse table (Linux 5.19+)";
+    case Table::tagged: return "table of empty slots with tagged updates (Linux 5.13+)";
+    case Table::whole: return "whole-table registration (Linux 5.1+, no buffer updates)";
+    }
+    return "?";
+}
 
 struct RingCtx {
     RingCtx *next = nullptr;            // in g_rings
@@ -34,6 +56,10 @@ struct RingCtx {
     std::mutex mu;                      // the slot allocator
     unsigned nfree = 0;
     uint32_t *free_slots = nullptr;     // stack of free slot numbers
+    Table table = Table::sparse;
+    std::mutex table_mu;                // Table::whole: iov, and the unregister/register pair
+    struct iovec *iov = nullptr;        // Table::whole: what the kernel's table holds
+    void *filler = nullptr;             // Table::whole: the page empty slots point at
     struct vmt_device_ops ops;
 };
 
@@ -52,6 +78,101 @@ void after_fork_child()
 
 void install_atfork() { pthread_atfork(nullptr, nullptr, after_fork_child); }
 
+// Table::whole: register the table again with slot changed; on failure the old table is put
+// back so that the other slots stay registered.
+int set_slot_whole(RingCtx *ctx, uint32_t slot, void *addr, size_t len)
+{
+    std::lock_guard<std::mutex> lk(ctx->table_mu);
+    struct iovec old = ctx->iov[slot];
+    ctx->iov[slot] = addr ? iovec{addr, len} : iovec{ctx->filler, 4096};
+    int ret = io_uring_unregister_buffers(ctx->ring);
+    if (ret == 0)
+        ret = io_uring_register_buffers(ctx->ring, ctx->iov, ctx->slots);
+    if (ret < 0) {
+        ctx->iov[slot] = old;
+        if (io_uring_register_buffers(ctx->ring, ctx->iov, ctx->slots) < 0)
+            VMT_LOG_ERROR("io_uring device: the fixed-buffer table could not be registered "
+                          "again: %s; fixed-buffer I/O on this ring fails", strerror(-ret));
+        return ret;
+    }
+    return 1;
+}
+
+// Put [addr, addr+len) (addr NULL: nothing) into slot; 1 on success like the update calls.
+int set_slot(RingCtx *ctx, uint32_t slot, void *addr, size_t len)
+{
+    if (ctx->table == Table::whole)
+        return set_slot_whole(ctx, slot, addr, len);
+    struct iovec iov = {addr, addr ? len : 0};
+    __u64 tag = 0;
+    return io_uring_register_buffers_update_tag(ctx->ring, slot, &iov, &tag, 1);
+}
+
+// VMTRACK_IOURING_TABLE=tagged or whole starts from that kind (tests of the older kernels'
+// paths on a new kernel); unset or sparse: the best one.
+Table first_table_to_try()
+{
+    const char *e = getenv("VMTRACK_IOURING_TABLE");
+    if (e && strcmp(e, "tagged") == 0)
+        return Table::tagged;
+    if (e && strcmp(e, "whole") == 0)
+        return Table::whole;
+    if (e && *e && strcmp(e, "sparse") != 0)
+        VMT_LOG_WARN("VMTRACK_IOURING_TABLE=%s: want sparse, tagged or whole (using sparse)", e);
+    return Table::sparse;
+}
+
+// Register a table of `slots` empty slots (0: the default for the kind this kernel allows).
+int create_table(RingCtx *ctx, struct io_uring *ring, unsigned slots)
+{
+    Table first = first_table_to_try();
+    int ret = -EINVAL;
+    if (first == Table::sparse)
+        ret = io_uring_register_buffers_sparse(ring, slots ? slots : kMaxSlots);
+    if (ret == 0) {
+        ctx->table = Table::sparse;
+        ctx->slots = slots ? slots : kMaxSlots;
+        return 0;
+    }
+    if (ret != -EINVAL)  // -EBUSY: the ring already has a table that vmtrack did not make
+        return ret;
+    unsigned n = slots ? slots : kMaxSlots;
+    struct iovec *iov = static_cast<struct iovec *>(calloc(n, sizeof(*iov)));
+    __u64 *tags = static_cast<__u64 *>(calloc(n, sizeof(*tags)));
+    if (!iov || !tags) {
+        free(iov);
+        free(tags);
+        return -ENOMEM;
+    }
+    ret = first != Table::whole ? io_uring_register_buffers_tags(ring, iov, tags, n) : -EINVAL;
+    free(tags);
+    if (ret == 0) {
+        free(iov);
+        ctx->table = Table::tagged;
+        ctx->slots = n;
+        return 0;
+    }
+    // No updates on this kernel: a small table of fillers, re-registered on every change.
+    n = slots ? slots : kWholeTableDefaultSlots;
+    ctx->filler = aligned_alloc(4096, 4096);
+    struct iovec *whole = static_cast<struct iovec *>(realloc(iov, n * sizeof(*iov)));
+    if (!ctx->filler || !whole) {
+        free(whole ? whole : iov);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < n; i++)
+        whole[i] = iovec{ctx->filler, 4096};
+    ret = io_uring_register_buffers(ring, whole, n);
+    if (ret < 0) {
+        free(whole);
+        return ret;
+    }
+    ctx->iov = whole;
+    ctx->table = Table::whole;
+    ctx->slots = n;
+    return 0;
+}
+
 int iou_reg(void *ctxp, void *addr, size_t len, unsigned access, void **handle)
 {
     RingCtx *ctx = static_cast<RingCtx *>(ctxp);
@@ -65,9 +186,7 @@ int iou_reg(void *ctxp, void *addr, size_t len, unsigned access, void **handle)
             return -ENOSPC;  // the cache evicts and retries
         slot = ctx->free_slots[--ctx->nfree];
     }
-    struct iovec iov = {addr, len};
-    __u64 tag = 0;
-    int ret = io_uring_register_buffers_update_tag(ctx->ring, slot, &iov, &tag, 1);
+    int ret = set_slot(ctx, slot, addr, len);
     if (ret != 1) {
         {
             std::lock_guard<std::mutex> lk(ctx->mu);
@@ -88,9 +207,7 @@ void iou_dereg(void *ctxp, void *handle)
         return;
     }
     uint32_t slot = uint32_t(h - 1);
-    struct iovec iov = {nullptr, 0};
-    __u64 tag = 0;
-    int ret = io_uring_register_buffers_update_tag(ctx->ring, slot, &iov, &tag, 1);
+    int ret = set_slot(ctx, slot, nullptr, 0);
     if (ret != 1) {
         // The slot still holds the old buffer: do not hand it out again (a later update
         // would replace it anyway, but say so and keep the table consistent).
@@ -122,6 +239,8 @@ void unlink_locked(RingCtx *ctx)
 void free_ctx(RingCtx *ctx)
 {
     free(ctx->free_slots);
+    free(ctx->iov);
+    free(ctx->filler);
     delete ctx;
 }
 
@@ -132,8 +251,6 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
 {
     if (!cache || !ring || !out)
         return -EINVAL;
-    if (slots == 0)
-        slots = kMaxSlots;
     if (slots > kMaxSlots)
         return -EINVAL;
     pthread_once(&g_atfork_once, install_atfork);
@@ -151,19 +268,22 @@ extern "C" int vmt_iouring_attach(struct vmt_cache *cache, struct io_uring *ring
         ctx = new (std::nothrow) RingCtx;
         if (!ctx)
             return -ENOMEM;
-        ctx->free_slots = static_cast<uint32_t *>(calloc(slots, sizeof(uint32_t)));
-        if (!ctx->free_slots) {
-            delete ctx;
-            return -ENOMEM;
-        }
-        int ret = io_uring_register_buffers_sparse(ring, slots);
-        if (ret < 0) {  // -EBUSY: the ring already has a table that vmtrack did not make
+        int ret = create_table(ctx, ring, slots);
+        if (ret < 0) {
             free_ctx(ctx);
             return ret;
         }
+        ctx->free_slots = static_cast<uint32_t *>(calloc(ctx->slots, sizeof(uint32_t)));
+        if (!ctx->free_slots) {
+            io_uring_unregister_buffers(ring);
+            free_ctx(ctx);
+            return -ENOMEM;
+        }
+        if (ctx->table != Table::sparse)
+            VMT_LOG_INFO("io_uring device: %u slots, %s", ctx->slots, table_name(ctx->table));
         ctx->ring = ring;
         ctx->ring_fd = ring->ring_fd;
-        ctx->slots = slots;
+        slots = ctx->slots;
         // Hand out low slots first.
         for (unsigned i = 0; i < slots; i++)
             ctx->free_slots[i] = slots - 1 - i;

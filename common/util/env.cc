@@ -24,6 +24,7 @@ const Known kKnown[] = {
     {"VMTRACK_MERGE", "0 or 1"},
     {"VMTRACK_STATS", "0 or 1"},
     {"VMTRACK_LOG", "error, warn, info or debug"},
+    {"VMTRACK_IOURING_TABLE", "sparse, tagged or whole (the io_uring device's table)"},
 };
 
 int bad(std::string *error, const char *name, const char *value)

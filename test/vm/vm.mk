@@ -2,7 +2,8 @@
 # `make check-vm` builds vmtrack.ko for the kernel the guest boots, boots it under qemu (TCG)
 # and runs test/vm/check-vm.sh inside: the module's contract test, load/unload cycles, the
 # scenario suite with the kmod tracker (vmtrack check --tracker kmod) and the figures.
-EXTRA_DIST += test/vm/run test/vm/check-vm.sh test/vm/README.md test/kmod/loadcycle.sh
+EXTRA_DIST += test/vm/run test/vm/check-vm.sh test/vm/README.md test/kmod/loadcycle.sh \
+	test/vm/kernel test/vm/matrix
 
 # Outside the guest (plain `make check`) the contract test finds no /dev/vmtrack and skips.
 check_PROGRAMS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
@@ -17,10 +18,19 @@ test_kmod_test_kmod_tracker_LDADD = $(TEST_LDADD)
 VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540
 
-check-vm: kmod test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
-	  test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) test/test_verbs$(EXEEXT)
+VM_GUEST_BINARIES = test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
+	test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT)
+
+check-vm: kmod $(VM_GUEST_BINARIES) test/test_verbs$(EXEEXT)
 	$(VM_RUN) --timeout $(VM_TIMEOUT) --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
 	  $(SHELL) $(abs_top_srcdir)/test/vm/check-vm.sh $(abs_top_builddir) $(abs_top_srcdir)
 	@echo "==== the verbs device on soft-RoCE (skips on the host: no RDMA device there)"
 	$(VM_RUN) --rxe --timeout 600 --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \
 	  $(abs_top_builddir)/test/test_verbs
+
+# The same guest tests on Debian's other kernels (test/vm/matrix; test/vm/kernel unpacks them
+# under /tmp/vmtrack-kernels without installing): Debian 12's 6.12, Debian 11's 5.10.
+VM_KERNELS = 6.12 5.10
+check-matrix-vm: $(VM_GUEST_BINARIES)
+	VM_TIMEOUT=$(VM_TIMEOUT) $(SHELL) $(top_srcdir)/test/vm/matrix $(abs_top_builddir) \
+	  $(abs_top_srcdir) $(VM_KERNELS)

@@ -3,6 +3,7 @@
  * returns, read the file back. Old bytes: STALE. New bytes: caught. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +56,22 @@ static enum scn_result judge(const void *rb, size_t len, uint64_t want, uint64_t
     if (scn_matches(rb, len, old)) {
         WHY(out, "%sthe file got the bytes from before the change: stale registration", who);
         return SCN_STALE;
+    }
+    /* Changes to part of the buffer: any page with the old bytes is a stale registration. */
+    const size_t pg = 4096;
+    unsigned char *ref = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                              -1, 0);
+    if (ref != MAP_FAILED) {
+        size_t stale = 0;
+        scn_fill(ref, len, old);
+        for (size_t off = 0; off + pg <= len; off += pg)
+            stale += memcmp((const char *)rb + off, ref + off, pg) == 0;
+        munmap(ref, len);
+        if (stale) {
+            WHY(out, "%s%zu of %zu pages got the bytes from before the change: stale "
+                "registration", who, stale, len / pg);
+            return SCN_STALE;
+        }
     }
     const unsigned char *b = rb;
     size_t zeros = 0;
@@ -389,6 +406,84 @@ static enum scn_result change_brk(struct mem *m, struct scn_outcome *out)
     return SCN_CAUGHT;
 }
 
+/* munmap the upper half, map it again at its address: the lower half keeps its pages. */
+static enum scn_result change_munmap_part(struct mem *m, struct scn_outcome *out)
+{
+    struct mem upper = {(char *)m->addr + m->len / 2, m->len / 2, NULL, 0, MEM_MMAP};
+    if (munmap(upper.addr, upper.len) < 0) {
+        WHY(out, "munmap of the upper half: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    return map_again(&upper, out);
+}
+
+/* mremap in place: shrink to half (the upper half's pages are freed), grow back (new zero
+ * pages there). No MREMAP_MAYMOVE: the addresses stay. */
+static enum scn_result change_mremap_in_place(struct mem *m, struct scn_outcome *out)
+{
+    if (mremap(m->addr, m->len, m->len / 2, 0) != m->addr) {
+        WHY(out, "mremap shrink in place: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    if (mremap(m->addr, m->len / 2, m->len, 0) != m->addr) {
+        WHY(out, "mremap grow in place: %s (the range after it was taken)", strerror(errno));
+        return SCN_NA;
+    }
+    return SCN_CAUGHT;
+}
+
+/* A shared mapping of a memfd (tmpfs): the file, not the address space, is changed. */
+static enum scn_result alloc_memfd(struct mem *m, struct scn_outcome *out)
+{
+    m->len = MAP_LEN;
+    int fd = (int)syscall(SYS_memfd_create, "vmtrack-scenario", 0u);
+    if (fd < 0) {
+        WHY(out, "memfd_create: %s", strerror(errno));
+        return SCN_NA;
+    }
+    if (ftruncate(fd, (off_t)m->len) < 0) {
+        WHY(out, "ftruncate: %s", strerror(errno));
+        close(fd);
+        return SCN_ERROR;
+    }
+    m->addr = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    m->kind = fd;  /* kept open: the change goes through it */
+    if (m->addr == MAP_FAILED) {
+        WHY(out, "mmap of the memfd: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    return SCN_CAUGHT;
+}
+
+/* Punch a hole through the file under the mapping: its pages leave the page cache, the next
+ * write faults in new ones. No address-space call is made. */
+static enum scn_result change_punch_hole(struct mem *m, struct scn_outcome *out)
+{
+    if (fallocate(m->kind, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->len) < 0) {
+        WHY(out, "fallocate(PUNCH_HOLE): %s", strerror(errno));
+        return errno == EOPNOTSUPP ? SCN_NA : SCN_ERROR;
+    }
+    return SCN_CAUGHT;
+}
+
+/* A transparent-hugepage range (2 MiB aligned, MADV_HUGEPAGE), then MADV_DONTNEED over it. */
+static enum scn_result alloc_thp(struct mem *m, struct scn_outcome *out)
+{
+    const size_t huge = 2u << 20;
+    char *raw = mmap(NULL, 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        WHY(out, "mmap: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    m->addr = (void *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    m->len = huge;
+    if (madvise(m->addr, m->len, MADV_HUGEPAGE) < 0) {
+        WHY(out, "madvise(MADV_HUGEPAGE): %s (no transparent hugepages here)", strerror(errno));
+        return SCN_NA;
+    }
+    return SCN_CAUGHT;
+}
+
 #define ENGINE_SCENARIO(fn, alloc, change)                                                    \
     static enum scn_result fn(const struct scn_provider *p, const char *v,                    \
                               struct scn_outcome *o)                                          \
@@ -405,6 +500,10 @@ ENGINE_SCENARIO(run_raw_munmap, alloc_mmap, change_raw_munmap)
 ENGINE_SCENARIO(run_map_fixed, alloc_mmap, change_map_fixed)
 ENGINE_SCENARIO(run_shm, alloc_shm, change_shm)
 ENGINE_SCENARIO(run_brk, alloc_brk, change_brk)
+ENGINE_SCENARIO(run_munmap_part, alloc_mmap, change_munmap_part)
+ENGINE_SCENARIO(run_mremap_in_place, alloc_mmap, change_mremap_in_place)
+ENGINE_SCENARIO(run_punch_hole, alloc_memfd, change_punch_hole)
+ENGINE_SCENARIO(run_thp_dontneed, alloc_thp, change_dontneed)
 
 /* ---- fork ------------------------------------------------------------------------------- */
 /* The parent registers and caches a buffer, then forks. The child, with a ring of its own,
@@ -590,5 +689,12 @@ const struct scn_scenario scn_scenarios[] = {
     {"fork", "fork: the child uses its own cache; the parent's held and cached registrations "
      "keep working",
      run_fork},
+    {"munmap-part", "munmap the upper half of the buffer, mmap it again there", run_munmap_part},
+    {"mremap-in-place", "mremap shrink to half and grow back in place (no move)",
+     run_mremap_in_place},
+    {"memfd-punch-hole", "a shared memfd mapping; fallocate(PUNCH_HOLE) through the file",
+     run_punch_hole},
+    {"thp-dontneed", "a transparent-hugepage range, then madvise(MADV_DONTNEED)",
+     run_thp_dontneed},
 };
 const size_t scn_scenario_count = sizeof(scn_scenarios) / sizeof(scn_scenarios[0]);
