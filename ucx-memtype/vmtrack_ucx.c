@@ -54,10 +54,9 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
+#include "rcache_native.h"
 #include "vmtrack.h"
 #include "vmtrack_ucx.h"
-
-#define VMT_UCX_EXPORT __attribute__((visibility("default")))
 
 /* ---- state --------------------------------------------------------------------------- */
 struct wrap {                       /* one per ucs_rcache created while in WATCH mode */
@@ -378,6 +377,7 @@ VMT_UCX_EXPORT int vmt_ucx_stats_get(struct vmt_ucx_stats *s)
     v.rcaches = atomic_load(&g.rcaches);
     v.watches = atomic_load(&g.watches);
     v.stale = atomic_load(&g.stale);
+    vmt_ucx_native_counts(&v.native_rcaches, &v.forwarded_rcaches);
     memcpy(s, &v, v.sz);
     return 0;
 }
@@ -501,13 +501,11 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     vmt_ucx_init();
     if (!real_create)
         return UCS_ERR_UNSUPPORTED;
-    if (atomic_load(&g.mode) == VMT_UCX_OFF || !params || !params->ops ||
-        !(params->ucm_events & UCM_EVENT_VM_UNMAPPED))
+    if (atomic_load(&g.mode) == VMT_UCX_OFF || !vmt_ucx_params_valid(params) ||
+        !(params->ucm_events & UCM_EVENT_VM_UNMAPPED)) {
+        vmt_ucx_note_forwarded();
         return real_create(params, name, stats_parent, rcache_p);
-
-    w = calloc(1, sizeof(*w));
-    if (!w)
-        return UCS_ERR_NO_MEMORY;
+    }
     if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
         /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher
          * does, in MPI_Init, unless --mca memory ^patcher): then this rcache would never hear
@@ -520,9 +518,20 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
                     "hooks (in Open MPI: --mca memory ^patcher); refusing registration cache "
                     "\"%s\", UCX will register without caching", ucs_status_string(t),
                  name ? name : "?");
-            free(w);
             return UCS_ERR_UNSUPPORTED;
         }
+    }
+    int native = vmt_ucx_native_create(params, name, rcache_p);
+    if (native > 0)
+        return UCS_OK;
+    if (native < 0)
+        return UCS_ERR_NO_MEMORY;
+    vmt_ucx_note_forwarded();
+
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return UCS_ERR_NO_MEMORY;
+    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
         w->wc = g.scache;
         if (attach_watch_device(w) < 0) {
             free(w);
@@ -623,6 +632,8 @@ VMT_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
 {
     struct wrap *w;
 
+    if (vmt_ucx_native_destroy(rcache))
+        return;
     resolve_real();
     w = find_wrap(rcache);
     real_destroy(rcache);           /* deregisters what is left: needs the wrap */
@@ -643,6 +654,8 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
     struct wrap *w;
     ucs_status_t st;
 
+    if (vmt_ucx_native_get(rcache, address, length, prot, arg, region_p, &st))
+        return st;
     if (atomic_load_explicit(&g.mode, memory_order_relaxed) != VMT_UCX_WATCH ||
         !(w = find_wrap(rcache))) {
         if (!real_get)

@@ -1,0 +1,25 @@
+/* The host-memory rcaches libvmtrack-ucx serves from vmt_shared() (rcache_native.c), as seen
+ * by the interposers in vmtrack_ucx.c. Each call returns 0 when the rcache is not (or cannot
+ * become) native: the caller then forwards it to libucs. */
+#ifndef VMTRACK_UCX_RCACHE_NATIVE_H
+#define VMTRACK_UCX_RCACHE_NATIVE_H
+
+#include <stdint.h>
+#include <ucs/memory/rcache.h>
+
+#define VMT_UCX_EXPORT __attribute__((visibility("default")))
+
+/* 1 and *rcache_p set: served by vmtrack; 0: forward; < 0: an errno (out of memory). */
+int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
+                          ucs_rcache_t **rcache_p);
+/* 1 with *status set when rcache is native. */
+int vmt_ucx_native_get(ucs_rcache_t *rcache, void *address, size_t length, int prot, void *arg,
+                       ucs_rcache_region_t **region_p, ucs_status_t *status);
+int vmt_ucx_native_destroy(ucs_rcache_t *rcache);
+void vmt_ucx_note_forwarded(void);
+/* What UCX's ucs_rcache_create accepts (rcache.c checks the same): anything else goes to
+ * libucs as given, so that UCX refuses it with its own message. */
+int vmt_ucx_params_valid(const ucs_rcache_params_t *params);
+void vmt_ucx_native_counts(uint64_t *native, uint64_t *forwarded);
+
+#endif
