@@ -32,3 +32,16 @@ check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) l
 	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
 	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
 endif
+
+# What a caller of UCX's public ucs_rcache_* API may rely on, against stock UCX and with the
+# module (deliberate differences: the table in doc/ucx.md).
+if HAVE_UCX
+check_PROGRAMS += test/ucx/test_ucs_rcache_semantics
+TESTS += test/ucx/test_ucs_rcache_semantics
+test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c
+test_ucx_test_ucs_rcache_semantics_CPPFLAGS = $(AM_CPPFLAGS) $(CHECK_CFLAGS) $(UCX_CFLAGS) \
+	-I$(top_srcdir)/ucx-memtype \
+	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
+test_ucx_test_ucs_rcache_semantics_LDADD = $(CHECK_LIBS) -lucs -lucm -ldl -lpthread
+EXTRA_test_ucx_test_ucs_rcache_semantics_DEPENDENCIES = libvmtrack-ucx.la
+endif
