@@ -45,3 +45,19 @@ test_ucx_test_ucs_rcache_semantics_CPPFLAGS = $(AM_CPPFLAGS) $(CHECK_CFLAGS) $(U
 test_ucx_test_ucs_rcache_semantics_LDADD = $(CHECK_LIBS) -lucs -lucm -ldl -lpthread
 EXTRA_test_ucx_test_ucs_rcache_semantics_DEPENDENCIES = libvmtrack-ucx.la
 endif
+
+# One cache for both stacks: Open MPI's component, a UCX rcache (libvmtrack-ucx linked before
+# libucs, not preloaded) and an io_uring user on one buffer and one budget.
+if HAVE_UCX
+if HAVE_OMPI
+check_PROGRAMS += test/ucx/test_one_cache
+TESTS += test/ucx/test_one_cache
+test_ucx_test_one_cache_SOURCES = test/ucx/test_one_cache.c \
+	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+test_ucx_test_one_cache_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi \
+	-I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
+test_ucx_test_one_cache_LDADD = libvmtrack-ucx.la $(OMPI_TEST_LIBS) $(URING_LIBS) -lucs -lucm
+test_ucx_test_one_cache_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ucx_test_one_cache_DEPENDENCIES = $(OMPI_TEST_DEPS) libvmtrack-ucx.la
+endif
+endif
