@@ -66,7 +66,11 @@ struct vmt_device_ops {
     size_t      sz;
     const char *name;
     /* Register [addr, addr+len) with the given VMT_ACCESS_* rights; store the device's handle.
-     * Return 0 or a negative errno (-ENOMEM/-ENOSPC make the cache evict and retry once). */
+     * Return 0 or a negative errno (-ENOMEM/-ENOSPC make the cache evict and retry once).
+     * (Extension, a guarantee) reg runs only inside a vmt_get on this device, in the thread
+     * that called it, with no lock of the cache held: a device may pass per-call context to
+     * its reg in a thread-local, and reg may itself call vmt_get/vmt_put (stacked caches).
+     * Two threads' vmt_gets may call reg at the same time, for the same range too. */
     int  (*reg)(void *ctx, void *addr, size_t len, unsigned access, void **handle);
     void (*dereg)(void *ctx, void *handle);
     size_t max_regions;       /* 0: no limit of the device's own */

@@ -79,3 +79,10 @@ test_test_stress_LDADD = libscenarios.la libvmtrack.la $(CHECK_LIBS) $(URING_LIB
 # The command line of `vmtrack check`.
 TESTS += test/check_cli.sh
 EXTRA_DIST += test/check_cli.sh doc/scenarios.md
+
+# A device's reg runs only inside vmt_get, in the calling thread, with no cache lock held.
+check_PROGRAMS += test/test_reg_context
+TESTS += test/test_reg_context
+test_test_reg_context_SOURCES = test/test_reg_context.c test/check_run.h
+test_test_reg_context_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_reg_context_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
