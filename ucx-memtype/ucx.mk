@@ -15,5 +15,9 @@ EXTRA_libvmtrack_ucx_la_DEPENDENCIES = ucx-memtype/libvmtrack-ucx.map
 endif
 EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
 
+# The ucx.conf line that replaces the UCX_MEM_MMAP_HOOK_MODE=none environment variable.
+vmtrackucxconfdir = $(datadir)/vmtrack
+dist_vmtrackucxconf_DATA = ucx-memtype/ucx.conf
+
 include test/ucx/ucx-tests.mk
 EXTRA_DIST += doc/ucx.md
