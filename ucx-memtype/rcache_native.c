@@ -99,22 +99,6 @@ static struct {
     _Atomic uint64_t native, forwarded;
 } n = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-typedef void (*region_fn)(ucs_rcache_t *, ucs_rcache_region_t *);
-typedef void (*invalidate_fn)(ucs_rcache_t *, ucs_rcache_region_t *,
-                              ucs_rcache_invalidate_comp_func_t, void *);
-static region_fn real_hold, real_put;
-static invalidate_fn real_invalidate;
-
-static void resolve(void)
-{
-    if (!real_put)
-        real_put = (region_fn)dlsym(RTLD_NEXT, "ucs_rcache_region_put");
-    if (!real_hold)
-        real_hold = (region_fn)dlsym(RTLD_NEXT, "ucs_rcache_region_hold");
-    if (!real_invalidate)
-        real_invalidate = (invalidate_fn)dlsym(RTLD_NEXT, "ucs_rcache_region_invalidate");
-}
-
 static inline struct native_rcache *native_of(ucs_rcache_t *rc)
 {
     struct native_rcache *nr = (struct native_rcache *)rc;
@@ -180,14 +164,14 @@ static int native_enabled(void)
     if (!n.decided) {
         const char *env = getenv("VMTRACK_UCX_NATIVE");
         n.decided = 1;
-        resolve();
+        vmt_ucx_resolve_real();
         if (env && !strcmp(env, "0"))
             snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=0");
         else if (env && *env && strcmp(env, "1"))
             snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=%s is not 1 or 0", env);
         else if (vmt_ucx_mode(NULL, 0) == VMT_UCX_OFF)
             snprintf(n.why, sizeof(n.why), "the module is off");
-        else if (!real_put || !real_hold || !real_invalidate)
+        else if (!vmt_ucx_real.put || !vmt_ucx_real.hold || !vmt_ucx_real.invalidate)
             snprintf(n.why, sizeof(n.why), "libucs's region functions not found");
         else if (version_known(n.why, sizeof(n.why))) {
             n.enabled = 1;
@@ -434,8 +418,8 @@ int vmt_ucx_native_get(ucs_rcache_t *rcache, void *address, size_t length, int p
 VMT_UCX_EXPORT void ucs_rcache_region_hold(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
 {
     if (!native_of(rcache)) {
-        resolve();
-        real_hold(rcache, region);
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.hold(rcache, region);
         return;
     }
     atomic_fetch_add_explicit(&hdr_of(region)->extra_holds, 1, memory_order_relaxed);
@@ -447,9 +431,8 @@ VMT_UCX_EXPORT void ucs_rcache_region_put(ucs_rcache_t *rcache, ucs_rcache_regio
     unsigned holds;
 
     if (!native_of(rcache)) {
-        if (!real_put)
-            resolve();
-        real_put(rcache, region);
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.put(rcache, region);
         return;
     }
     h = hdr_of(region);
@@ -471,8 +454,8 @@ VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcach
     struct completion *c;
 
     if (!native_of(rcache)) {
-        resolve();
-        real_invalidate(rcache, region, cb, arg);
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.invalidate(rcache, region, cb, arg);
         return;
     }
     h = hdr_of(region);

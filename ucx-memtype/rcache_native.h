@@ -9,6 +9,20 @@
 
 #define VMT_UCX_EXPORT __attribute__((visibility("default")))
 
+/* libucs's own six functions (dlsym RTLD_NEXT), for what the module forwards */
+struct vmt_ucx_real {
+    ucs_status_t (*create)(const ucs_rcache_params_t *, const char *, ucs_stats_node_t *,
+                           ucs_rcache_t **);
+    ucs_status_t (*get)(ucs_rcache_t *, void *, size_t, int, void *, ucs_rcache_region_t **);
+    void (*destroy)(ucs_rcache_t *);
+    void (*hold)(ucs_rcache_t *, ucs_rcache_region_t *);
+    void (*put)(ucs_rcache_t *, ucs_rcache_region_t *);
+    void (*invalidate)(ucs_rcache_t *, ucs_rcache_region_t *, ucs_rcache_invalidate_comp_func_t,
+                       void *);
+};
+extern struct vmt_ucx_real vmt_ucx_real;
+void vmt_ucx_resolve_real(void);     /* idempotent */
+
 /* 1 and *rcache_p set: served by vmtrack; 0: forward; < 0: an errno (out of memory). */
 int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
                           ucs_rcache_t **rcache_p);
