@@ -373,46 +373,45 @@ int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
     return 1;
 }
 
-int vmt_ucx_native_get(ucs_rcache_t *rcache, void *address, size_t length, int prot, void *arg,
-                       ucs_rcache_region_t **region_p, ucs_status_t *status)
+static __attribute__((noinline)) ucs_status_t native_get_failed(struct native_req *req, int ret)
+{
+    return req->status != UCS_OK ? req->status : errno_to_status(ret);
+}
+
+/* The hit path: a few loads, the thread-local request, vmt_get. */
+VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
+                                           int prot, void *arg, ucs_rcache_region_t **region_p)
 {
     struct native_rcache *nr = native_of(rcache);
     struct native_req req;
+    struct native_hdr *h;
     struct vmt_device *d;
     struct vmt_reg *v;
-    uintptr_t pg = g_page;
     unsigned access;
     int ret;
 
     if (!nr)
-        return 0;
+        return vmt_ucx_feed_get(rcache, address, length, prot, arg, region_p);
     d = device(nr);
-    if (!d) {
-        *status = UCS_ERR_IO_ERROR;
-        return 1;
-    }
+    if (__builtin_expect(!d, 0))
+        return UCS_ERR_IO_ERROR;
     access = (prot & PROT_WRITE ? VMT_ACCESS_WRITE : 0) | (prot & PROT_READ ? VMT_ACCESS_READ : 0);
-    if (!access)
-        access = VMT_ACCESS_READ;
     req.nr = nr;
     req.arg = arg;
-    req.a0 = (uintptr_t)address & ~(pg - 1);
-    req.a1 = ((uintptr_t)address + length + pg - 1) & ~(pg - 1);
+    req.a0 = (uintptr_t)address & ~(g_page - 1);
+    req.a1 = ((uintptr_t)address + length + g_page - 1) & ~(g_page - 1);
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
-    ret = vmt_get(d, address, length, access, &v);
+    ret = vmt_get(d, address, length, access ? access : VMT_ACCESS_READ, &v);
     t_req = req.prev;
-    if (ret < 0) {
-        *status = req.status != UCS_OK ? req.status : errno_to_status(ret);
-        return 1;
-    }
-    struct native_hdr *h = vmt_reg_handle(v);
-    if (!atomic_load_explicit(&h->reg, memory_order_relaxed))
+    if (__builtin_expect(ret < 0, 0))
+        return native_get_failed(&req, ret);
+    h = vmt_reg_handle(v);
+    if (__builtin_expect(!atomic_load_explicit(&h->reg, memory_order_relaxed), 0))
         atomic_store_explicit(&h->reg, v, memory_order_relaxed);
     *region_p = region_of(h);
-    *status = UCS_OK;
-    return 1;
+    return UCS_OK;
 }
 
 VMT_UCX_EXPORT void ucs_rcache_region_hold(ucs_rcache_t *rcache, ucs_rcache_region_t *region)

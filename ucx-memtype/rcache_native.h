@@ -26,9 +26,10 @@ void vmt_ucx_resolve_real(void);     /* idempotent */
 /* 1 and *rcache_p set: served by vmtrack; 0: forward; < 0: an errno (out of memory). */
 int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
                           ucs_rcache_t **rcache_p);
-/* 1 with *status set when rcache is native. */
-int vmt_ucx_native_get(ucs_rcache_t *rcache, void *address, size_t length, int prot, void *arg,
-                       ucs_rcache_region_t **region_p, ucs_status_t *status);
+/* ucs_rcache_get of an rcache that is not native: libucs's, with the event feed's checks
+ * (vmtrack_ucx.c). */
+ucs_status_t vmt_ucx_feed_get(ucs_rcache_t *rcache, void *address, size_t length, int prot,
+                              void *arg, ucs_rcache_region_t **region_p);
 int vmt_ucx_native_destroy(ucs_rcache_t *rcache);
 void vmt_ucx_note_forwarded(void);
 /* What UCX's ucs_rcache_create accepts (rcache.c checks the same): anything else goes to

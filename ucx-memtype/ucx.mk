@@ -7,7 +7,7 @@ vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
 libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h \
 	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
-libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt
 libvmtrack_ucx_la_LIBADD = libvmtrack.la -lucs -lucm -ldl -lpthread
 libvmtrack_ucx_la_LDFLAGS = -version-info 0:0:0 \
 	-Wl,--version-script=$(srcdir)/ucx-memtype/libvmtrack-ucx.map

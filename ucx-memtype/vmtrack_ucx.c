@@ -643,14 +643,13 @@ VMT_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
     wrap_free(w);
 }
 
-VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
-                                           int prot, void *arg, ucs_rcache_region_t **region_p)
+/* ucs_rcache_get of an rcache that is not native (rcache_native.c serves the native ones) */
+ucs_status_t vmt_ucx_feed_get(ucs_rcache_t *rcache, void *address, size_t length, int prot,
+                              void *arg, ucs_rcache_region_t **region_p)
 {
     struct wrap *w;
     ucs_status_t st;
 
-    if (vmt_ucx_native_get(rcache, address, length, prot, arg, region_p, &st))
-        return st;
     if (atomic_load_explicit(&g.mode, memory_order_relaxed) != VMT_UCX_WATCH ||
         !(w = find_wrap(rcache))) {
         if (!vmt_ucx_real.get)
