@@ -19,6 +19,7 @@ check_PROGRAMS += test/ucx/test_ucp_rxe
 TESTS += test/ucx/test_ucp_rxe
 test_ucx_test_ucp_rxe_SOURCES = test/ucx/test_ucp_rxe.c
 test_ucx_test_ucp_rxe_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS) $(UCX_CFLAGS) \
+	-I$(top_srcdir)/ucx-memtype \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
 test_ucx_test_ucp_rxe_LDADD = libvmtrack.la $(IBVERBS_LIBS) -lucp -lucs -ldl
 EXTRA_test_ucx_test_ucp_rxe_DEPENDENCIES = libvmtrack-ucx.la
