@@ -104,6 +104,14 @@ unsigned vmt_reg_access(const struct vmt_reg *reg);
 /* ---- maintenance ----------------------------------------------------------------------- */
 int vmt_invalidate(struct vmt_cache *cache, const void *addr, size_t len); /* manual event */
 int vmt_flush(struct vmt_cache *cache);    /* deregister every registration not in use */
+/* (Extension) Take this one registration out of the cache: the next vmt_get of its range on
+ * its device registers anew, other devices' registrations of the range stay cached. The
+ * caller's hold stays valid; the registration is deregistered at its last vmt_put. 0, or
+ * -EINVAL for NULL. (UCX's ucs_rcache_region_invalidate.) */
+int vmt_reg_invalidate(struct vmt_reg *reg);
+/* (Extension) Deregister every registration of this device that is not in use; other devices'
+ * stay. 0, or -EINVAL (NULL, detached, or attached in the parent of a fork). */
+int vmt_device_flush(struct vmt_device *dev);
 
 struct vmt_stats {
     size_t   sz;

@@ -86,3 +86,10 @@ TESTS += test/test_reg_context
 test_test_reg_context_SOURCES = test/test_reg_context.c test/check_run.h
 test_test_reg_context_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_test_reg_context_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+
+# vmt_reg_invalidate and vmt_device_flush leave the other devices' registrations alone.
+check_PROGRAMS += test/test_maintain
+TESTS += test/test_maintain
+test_test_maintain_SOURCES = test/test_maintain.c test/check_run.h
+test_test_maintain_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_maintain_LDADD = libvmtrack.la $(CHECK_LIBS)

@@ -126,6 +126,9 @@ public:
     void put(Reg *reg, bool hold_released);
     int invalidate_manual(uintptr_t start, size_t len);
     int flush();
+    // One registration out of the cache, one device's unused registrations (maintain.cc).
+    int invalidate_reg(Reg *r);
+    int flush_device(Device *dev);
     void stats(struct vmt_stats *s);
     int subscribe(vmt_event_fn fn, void *arg);
     int unsubscribe(vmt_event_fn fn, void *arg);
