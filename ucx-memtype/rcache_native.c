@@ -58,6 +58,7 @@ struct native_rcache {
     pthread_mutex_t cb_lock;        /* recursive: mem_reg / mem_dereg */
     _Atomic int destroying;
     _Atomic size_t leaked;          /* regions held at destroy: deregistered, not freed */
+    struct native_rcache *next;     /* in n.all, under n.lock */
     char name[64];
 };
 
@@ -94,7 +95,7 @@ static struct {
     pthread_mutex_t lock;
     int decided, enabled;
     char why[160];
-    int purge_on_fork;              /* some native rcache asked for it */
+    struct native_rcache *all;      /* every native rcache (PURGE_ON_FORK walks them) */
     _Atomic unsigned gen;
     _Atomic uint64_t native, forwarded;
 } n = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -146,11 +147,15 @@ static int version_known(char *why, size_t len)
 
 static void atfork_prepare(void)
 {
-    /* UCS_RCACHE_FLAG_PURGE_ON_FORK: what is not in use is deregistered before fork, so the
-     * child does not inherit pinned pages it cannot use. This runs before vmtrack's own
+    /* UCS_RCACHE_FLAG_PURGE_ON_FORK: the rcache's unused regions are deregistered before fork,
+     * so the child does not inherit pinned pages it cannot use. This runs before vmtrack's own
      * prepare handler (registered earlier), which takes its locks. */
-    if (n.purge_on_fork)
-        vmt_flush(vmt_shared());
+    pthread_mutex_lock(&n.lock);
+    for (struct native_rcache *nr = n.all; nr; nr = nr->next)
+        if ((nr->params.flags & UCS_RCACHE_FLAG_PURGE_ON_FORK) &&
+            atomic_load(&nr->gen) == atomic_load(&n.gen) && atomic_load(&nr->dev))
+            vmt_device_flush(atomic_load(&nr->dev));
+    pthread_mutex_unlock(&n.lock);
 }
 
 static void atfork_child(void)
@@ -334,8 +339,10 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
         free(nr);
         return -ENODEV;
     }
-    if (params->flags & UCS_RCACHE_FLAG_PURGE_ON_FORK)
-        n.purge_on_fork = 1;
+    pthread_mutex_lock(&n.lock);
+    nr->next = n.all;
+    n.all = nr;
+    pthread_mutex_unlock(&n.lock);
     atomic_fetch_add(&n.native, 1);
     *rcache_p = (ucs_rcache_t *)nr;
     return 1;
@@ -354,11 +361,18 @@ int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
 
     if (!nr)
         return 0;
+    pthread_mutex_lock(&n.lock);
+    for (struct native_rcache **p = &n.all; *p; p = &(*p)->next)
+        if (*p == nr) {
+            *p = nr->next;
+            break;
+        }
+    pthread_mutex_unlock(&n.lock);
     d = atomic_load(&nr->gen) == atomic_load(&n.gen) ? atomic_load(&nr->dev) : NULL;
     if (d) {
         /* what is not in use goes first, so that what the detach deregisters is only what
          * callers still hold */
-        vmt_flush(vmt_shared());
+        vmt_device_flush(d);
         atomic_store(&nr->destroying, 1);
         vmt_device_detach(d);
     }
@@ -468,9 +482,12 @@ VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcach
     c->next = atomic_load(&h->comps);
     while (!atomic_compare_exchange_weak(&h->comps, &c->next, c))
         ;
-    /* out of the cache now; deregistered (and the completions run) at the last put */
-    vmt_invalidate(vmt_shared(), (void *)region->super.start,
-                   region->super.end - region->super.start);
+    /* out of the cache now, other devices' registrations of the range untouched;
+     * deregistered (and the completions run) at the last put */
+    if (atomic_load(&h->dead))
+        run_completions(h);         /* deregistered already, by the rcache's destroy */
+    else if (h->gen == atomic_load(&n.gen))
+        vmt_reg_invalidate(atomic_load(&h->reg));
 }
 
 void vmt_ucx_native_counts(uint64_t *native, uint64_t *forwarded)

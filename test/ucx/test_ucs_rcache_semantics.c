@@ -592,6 +592,27 @@ START_TEST(invalidate_with_completion)
 }
 END_TEST
 
+/* Invalidating one cache's region leaves another cache's region of the same range alone. */
+START_TEST(invalidate_leaves_other_caches)
+{
+    struct test_md *one = md_open(), *two = md_open();
+    char *buf = map_pages(4);
+    struct test_region *r1 = get_ok(one, buf, 4096, RW), *r2 = get_ok(two, buf, 4096, RW);
+    int id2 = r2->id;
+    put(two, r2);
+    struct completion c = {.md = one, .id = r1->id};
+    ucs_rcache_region_invalidate(one->rcache, &r1->super, on_invalidated, &c);
+    put(one, r1);
+    ck_assert_int_eq(atomic_load(&c.calls), 1);
+    struct test_region *again = get_ok(two, buf, 4096, RW);
+    ck_assert_int_eq(again->id, id2);
+    ck_assert_int_eq(atomic_load(&two->regs), 1);
+    put(two, again);
+    md_close(one);
+    md_close(two);
+}
+END_TEST
+
 /* ---- threads --------------------------------------------------------------------------- */
 struct worker {
     struct test_md *md;
@@ -844,6 +865,7 @@ static Suite *semantics_suite(void)
     tcase_add_test(tc, limit_by_size);
     tcase_add_test(tc, limit_by_size_in_use);
     tcase_add_test(tc, invalidate_with_completion);
+    tcase_add_test(tc, invalidate_leaves_other_caches);
     tcase_add_test(tc, threads_share_regions);
     tcase_add_test(tc, put_from_another_thread);
     tcase_add_test(tc, purge_on_fork);
