@@ -201,6 +201,9 @@ private:
     // Retires dev's registrations of e (*retired: whether there was one) and returns e's other
     // registrations, in order, as the list the caller publishes in e->regs.
     Reg *retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept;
+    // Every cached registration of dev retired, emptied entries removed (write section held;
+    // maintain.cc): detach and vmt_device_flush.
+    void retire_all_of(Device *dev) noexcept;
     // Removes every entry overlapping [start, end) (touching: also those ending at start or
     // starting at end), inside a write section; returns how many.
     size_t remove_overlapping(uintptr_t start, uintptr_t end, bool touching) noexcept;

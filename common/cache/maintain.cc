@@ -37,6 +37,18 @@ int Cache::invalidate_reg(Reg *target)
     return 0;
 }
 
+void Cache::retire_all_of(Device *dev) noexcept
+{
+    for (Entry *e = lru_head_, *next; e; e = next) {
+        next = e->lru_next;
+        bool retired;
+        Reg *keep = retire_device_regs(e, dev, &retired);
+        e->regs.store(keep, std::memory_order_release);
+        if (!keep)
+            remove_entry(e);
+    }
+}
+
 int Cache::flush_device(Device *dev)
 {
     maybe_after_fork();
@@ -46,14 +58,7 @@ int Cache::flush_device(Device *dev)
         if (dev->detached.load() || dev->forked_away)
             return -EINVAL;
         write_begin();
-        for (Entry *e = lru_head_, *next; e; e = next) {
-            next = e->lru_next;
-            bool retired;
-            Reg *keep = retire_device_regs(e, dev, &retired);
-            e->regs.store(keep, std::memory_order_release);
-            if (!keep)
-                remove_entry(e);
-        }
+        retire_all_of(dev);
         write_end();
     }
     reclaim();
