@@ -284,11 +284,9 @@ static void dev_dereg(void *ctx, void *handle)
 }
 
 /* The device of this process (after fork() the child attaches its own, once, lazily). */
-static struct vmt_device *device(struct native_rcache *nr)
+static __attribute__((noinline)) struct vmt_device *attach_device(struct native_rcache *nr,
+                                                                   unsigned gen)
 {
-    unsigned gen = atomic_load_explicit(&n.gen, memory_order_relaxed);
-    if (__builtin_expect(atomic_load_explicit(&nr->gen, memory_order_acquire) == gen, 1))
-        return atomic_load_explicit(&nr->dev, memory_order_relaxed);
     pthread_mutex_lock(&n.lock);
     if (atomic_load(&nr->gen) != gen) {
         struct vmt_device *d = NULL;
@@ -299,6 +297,14 @@ static struct vmt_device *device(struct native_rcache *nr)
     }
     pthread_mutex_unlock(&n.lock);
     return atomic_load(&nr->dev);
+}
+
+static inline struct vmt_device *device(struct native_rcache *nr)
+{
+    unsigned gen = atomic_load_explicit(&n.gen, memory_order_relaxed);
+    if (__builtin_expect(atomic_load_explicit(&nr->gen, memory_order_acquire) == gen, 1))
+        return atomic_load_explicit(&nr->dev, memory_order_relaxed);
+    return attach_device(nr, gen);
 }
 
 /* ---- the six functions --------------------------------------------------------------- */
