@@ -36,3 +36,13 @@ endif
 
 # The runs behind README's figures.
 EXTRA_DIST += doc/bench.md
+# UCX's rcache API, stock against served by vmtrack (libvmtrack-ucx), 1 and 2 threads:
+# ./bench/ucx_rcache_bench [ROUNDS [HITS]] (doc/ucx.md, "Numbers")
+if HAVE_UCX
+check_PROGRAMS += bench/ucx_rcache_bench
+bench_ucx_rcache_bench_SOURCES = bench/ucx_rcache_bench.c
+bench_ucx_rcache_bench_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"' \
+	-DVMT_UCX_BENCH_PATH='"$(abs_top_builddir)/vmtrack-ucx-bench"'
+EXTRA_bench_ucx_rcache_bench_DEPENDENCIES = libvmtrack-ucx.la vmtrack-ucx-bench$(EXEEXT)
+endif

@@ -253,6 +253,19 @@ int vmt_flush(struct vmt_cache *cache)
     return cache ? as_cache(cache)->flush() : -EINVAL;
 }
 
+int vmt_reg_invalidate(struct vmt_reg *reg)
+{
+    if (!reg)
+        return -EINVAL;
+    Reg *r = reinterpret_cast<Reg *>(reg);
+    return r->dev.load(std::memory_order_relaxed)->cache->invalidate_reg(r);
+}
+
+int vmt_device_flush(struct vmt_device *dev)
+{
+    return dev ? as_dev(dev)->cache->flush_device(as_dev(dev)) : -EINVAL;
+}
+
 int vmt_stats_get(struct vmt_cache *cache, struct vmt_stats *stats)
 {
     if (!cache || !stats || stats->sz < offsetof(struct vmt_stats, bytes_registered) + sizeof(uint64_t))

@@ -120,7 +120,11 @@ struct vmt_device_ops {
     size_t      sz;
     const char *name;
     /* Register [addr, addr+len) with the given VMT_ACCESS_* rights; store the device's handle.
-     * Return 0 or a negative errno (-ENOMEM/-ENOSPC make the cache evict and retry once). */
+     * Return 0 or a negative errno (-ENOMEM/-ENOSPC make the cache evict and retry once).
+     * (Extension, a guarantee) reg runs only inside a vmt_get on this device, in the thread
+     * that called it, with no lock of the cache held: a device may pass per-call context to
+     * its reg in a thread-local, and reg may itself call vmt_get/vmt_put (stacked caches).
+     * Two threads' vmt_gets may call reg at the same time, for the same range too. */
     int  (*reg)(void *ctx, void *addr, size_t len, unsigned access, void **handle);
     void (*dereg)(void *ctx, void *handle);
     size_t max_regions;       /* 0: no limit of the device's own */
@@ -172,6 +176,14 @@ unsigned vmt_reg_access(const struct vmt_reg *reg);
 int vmt_invalidate(struct vmt_cache *cache, const void *addr, size_t len);
 /* Deregister every registration not in use. Errors: -EINVAL (NULL cache). */
 int vmt_flush(struct vmt_cache *cache);
+/* (Extension) Take this one registration out of the cache: the next vmt_get of its range on
+ * its device registers anew, other devices' registrations of the range stay cached. The
+ * caller's hold stays valid; the registration is deregistered at its last vmt_put.
+ * Errors: -EINVAL (NULL). (UCX's ucs_rcache_region_invalidate.) */
+int vmt_reg_invalidate(struct vmt_reg *reg);
+/* (Extension) Deregister every registration of this device that is not in use; other devices'
+ * stay. Errors: -EINVAL (NULL, detached, or attached in the parent of a fork). */
+int vmt_device_flush(struct vmt_device *dev);
 
 struct vmt_stats {
     size_t   sz;

@@ -189,3 +189,16 @@ EXTRA_DIST += test/check_cli.sh doc/scenarios.md
 # The io_uring device on older kernels' tables (common/devices/iouring.cc), forced here.
 TESTS += test/iouring-tables.sh
 EXTRA_DIST += test/iouring-tables.sh
+# A device's reg runs only inside vmt_get, in the calling thread, with no cache lock held.
+check_PROGRAMS += test/test_reg_context
+TESTS += test/test_reg_context
+test_test_reg_context_SOURCES = test/test_reg_context.c test/lib/check_run.h
+test_test_reg_context_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_reg_context_LDADD = libvmtrack.la $(CHECK_LIBS) -lpthread
+
+# vmt_reg_invalidate and vmt_device_flush leave the other devices' registrations alone.
+check_PROGRAMS += test/test_maintain
+TESTS += test/test_maintain
+test_test_maintain_SOURCES = test/test_maintain.c test/lib/check_run.h
+test_test_maintain_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_maintain_LDADD = libvmtrack.la $(CHECK_LIBS)

@@ -4,15 +4,20 @@ if HAVE_UCX
 lib_LTLIBRARIES += libvmtrack-ucx.la
 vmtrackucxincdir = $(includedir)/vmtrack
 vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
-libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h
+libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h \
+	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
-libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
+libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt
 libvmtrack_ucx_la_LIBADD = libvmtrack.la -lucs -lucm -ldl -lpthread
 libvmtrack_ucx_la_LDFLAGS = -version-info 0:0:0 \
 	-Wl,--version-script=$(srcdir)/ucx-memtype/libvmtrack-ucx.map
 EXTRA_libvmtrack_ucx_la_DEPENDENCIES = ucx-memtype/libvmtrack-ucx.map
 endif
 EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
+
+# The ucx.conf line that replaces the UCX_MEM_MMAP_HOOK_MODE=none environment variable.
+vmtrackucxconfdir = $(datadir)/vmtrack
+dist_vmtrackucxconf_DATA = ucx-memtype/ucx.conf
 
 include test/ucx/ucx-tests.mk
 EXTRA_DIST += doc/ucx.md

@@ -54,10 +54,9 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
+#include "rcache_native.h"
 #include "vmtrack.h"
 #include "vmtrack_ucx.h"
-
-#define VMT_UCX_EXPORT __attribute__((visibility("default")))
 
 /* ---- state --------------------------------------------------------------------------- */
 struct wrap {                       /* one per ucs_rcache created while in WATCH mode */
@@ -101,15 +100,7 @@ static __thread int t_watch_miss;
 static __thread int t_validating;
 static __thread ucs_rcache_region_t *t_fresh;
 
-typedef ucs_status_t (*rcache_create_fn)(const ucs_rcache_params_t *, const char *,
-                                         ucs_stats_node_t *, ucs_rcache_t **);
-typedef ucs_status_t (*rcache_get_fn)(ucs_rcache_t *, void *, size_t, int, void *,
-                                      ucs_rcache_region_t **);
-typedef void (*rcache_destroy_fn)(ucs_rcache_t *);
-
-static rcache_create_fn real_create;
-static rcache_get_fn real_get;
-static rcache_destroy_fn real_destroy;
+struct vmt_ucx_real vmt_ucx_real;
 
 static void vlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void vlog(int level, const char *fmt, ...)
@@ -124,14 +115,17 @@ static void vlog(int level, const char *fmt, ...)
     va_end(ap);
 }
 
-static void resolve_real(void)
+void vmt_ucx_resolve_real(void)
 {
-    if (!real_get)
-        real_get = (rcache_get_fn)dlsym(RTLD_NEXT, "ucs_rcache_get");
-    if (!real_create)
-        real_create = (rcache_create_fn)dlsym(RTLD_NEXT, "ucs_rcache_create");
-    if (!real_destroy)
-        real_destroy = (rcache_destroy_fn)dlsym(RTLD_NEXT, "ucs_rcache_destroy");
+    struct vmt_ucx_real *r = &vmt_ucx_real;
+    if (r->put)
+        return;
+    r->get = (__typeof__(r->get))dlsym(RTLD_NEXT, "ucs_rcache_get");
+    r->create = (__typeof__(r->create))dlsym(RTLD_NEXT, "ucs_rcache_create");
+    r->destroy = (__typeof__(r->destroy))dlsym(RTLD_NEXT, "ucs_rcache_destroy");
+    r->hold = (__typeof__(r->hold))dlsym(RTLD_NEXT, "ucs_rcache_region_hold");
+    r->invalidate = (__typeof__(r->invalidate))dlsym(RTLD_NEXT, "ucs_rcache_region_invalidate");
+    r->put = (__typeof__(r->put))dlsym(RTLD_NEXT, "ucs_rcache_region_put");
 }
 
 /* ---- events -------------------------------------------------------------------------- */
@@ -236,8 +230,8 @@ static int init_locked(void)
     int ret;
 
     g.loglevel = parse_loglevel();
-    resolve_real();
-    if (!real_get || !real_create || !real_destroy) {
+    vmt_ucx_resolve_real();
+    if (!vmt_ucx_real.get || !vmt_ucx_real.create || !vmt_ucx_real.destroy) {
         set_off("libucs's ucs_rcache_get/create/destroy not found after this module");
         vlog(0, "%s", g.why);
         return -ENOENT;
@@ -374,6 +368,7 @@ VMT_UCX_EXPORT int vmt_ucx_stats_get(struct vmt_ucx_stats *s)
     v.rcaches = atomic_load(&g.rcaches);
     v.watches = atomic_load(&g.watches);
     v.stale = atomic_load(&g.stale);
+    vmt_ucx_native_counts(&v.native_rcaches, &v.forwarded_rcaches);
     memcpy(s, &v, v.sz);
     return 0;
 }
@@ -495,15 +490,13 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     int slot = -1;
 
     vmt_ucx_init();
-    if (!real_create)
+    if (!vmt_ucx_real.create)
         return UCS_ERR_UNSUPPORTED;
-    if (atomic_load(&g.mode) == VMT_UCX_OFF || !params || !params->ops ||
-        !(params->ucm_events & UCM_EVENT_VM_UNMAPPED))
-        return real_create(params, name, stats_parent, rcache_p);
-
-    w = calloc(1, sizeof(*w));
-    if (!w)
-        return UCS_ERR_NO_MEMORY;
+    if (atomic_load(&g.mode) == VMT_UCX_OFF || !vmt_ucx_params_valid(params) ||
+        !(params->ucm_events & UCM_EVENT_VM_UNMAPPED)) {
+        vmt_ucx_note_forwarded();
+        return vmt_ucx_real.create(params, name, stats_parent, rcache_p);
+    }
     if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
         /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher
          * does, in MPI_Init, unless --mca memory ^patcher): then this rcache would never hear
@@ -516,9 +509,20 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
                     "hooks (in Open MPI: --mca memory ^patcher); refusing registration cache "
                     "\"%s\", UCX will register without caching", ucs_status_string(t),
                  name ? name : "?");
-            free(w);
             return UCS_ERR_UNSUPPORTED;
         }
+    }
+    int native = vmt_ucx_native_create(params, name, rcache_p);
+    if (native > 0)
+        return UCS_OK;
+    if (native < 0)
+        return UCS_ERR_NO_MEMORY;
+    vmt_ucx_note_forwarded();
+
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return UCS_ERR_NO_MEMORY;
+    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
         w->wc = g.scache;
         if (attach_watch_device(w) < 0) {
             free(w);
@@ -583,7 +587,7 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
-    st = real_create(&p, name, stats_parent, &w->rcache);
+    st = vmt_ucx_real.create(&p, name, stats_parent, &w->rcache);
     if (st != UCS_OK) {
         wrap_free(w);
         return st;
@@ -601,7 +605,7 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     }
     pthread_mutex_unlock(&g.lock);
     if (slot < 0) {
-        real_destroy(w->rcache);
+        vmt_ucx_real.destroy(w->rcache);
         wrap_free(w);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
@@ -614,9 +618,11 @@ VMT_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
 {
     struct wrap *w;
 
-    resolve_real();
+    if (vmt_ucx_native_destroy(rcache))
+        return;
+    vmt_ucx_resolve_real();
     w = find_wrap(rcache);
-    real_destroy(rcache);           /* deregisters what is left: needs the wrap */
+    vmt_ucx_real.destroy(rcache);           /* deregisters what is left: needs the wrap */
     if (!w)
         return;
     pthread_mutex_lock(&g.lock);
@@ -628,17 +634,18 @@ VMT_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
     wrap_free(w);
 }
 
-VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
-                                           int prot, void *arg, ucs_rcache_region_t **region_p)
+/* ucs_rcache_get of an rcache that is not native (rcache_native.c serves the native ones) */
+ucs_status_t vmt_ucx_feed_get(ucs_rcache_t *rcache, void *address, size_t length, int prot,
+                              void *arg, ucs_rcache_region_t **region_p)
 {
     struct wrap *w;
     ucs_status_t st;
 
     if (atomic_load_explicit(&g.mode, memory_order_relaxed) != VMT_UCX_WATCH ||
         !(w = find_wrap(rcache))) {
-        if (!real_get)
-            resolve_real();
-        return real_get(rcache, address, length, prot, arg, region_p);
+        if (!vmt_ucx_real.get)
+            vmt_ucx_resolve_real();
+        return vmt_ucx_real.get(rcache, address, length, prot, arg, region_p);
     }
 
     for (;;) {
@@ -650,7 +657,7 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
         int ret, stale;
 
         t_fresh = NULL;
-        st = real_get(rcache, address, length, prot, arg, region_p);
+        st = vmt_ucx_real.get(rcache, address, length, prot, arg, region_p);
         if (st != UCS_OK)
             return st;
         r = *region_p;

@@ -49,6 +49,8 @@ struct vmt_ucx_stats {
     uint64_t rcaches;       /* ucs_rcaches wrapped (WATCH mode) */
     uint64_t watches;       /* UCX regions watched at registration (WATCH mode) */
     uint64_t stale;         /* hits found stale by the check and re-resolved (WATCH mode) */
+    uint64_t native_rcaches;    /* rcaches served by vmt_shared() now (rcache_native.c) */
+    uint64_t forwarded_rcaches; /* rcaches created by libucs (GPU, xpmem, unknown UCX) */
 };
 int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
 

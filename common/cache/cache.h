@@ -126,6 +126,9 @@ public:
     void put(Reg *reg, bool hold_released);
     int invalidate_manual(uintptr_t start, size_t len);
     int flush();
+    // One registration out of the cache, one device's unused registrations (maintain.cc).
+    int invalidate_reg(Reg *r);
+    int flush_device(Device *dev);
     void stats(struct vmt_stats *s);
     int subscribe(vmt_event_fn fn, void *arg);
     int unsubscribe(vmt_event_fn fn, void *arg);
@@ -199,6 +202,9 @@ private:
     // Retires dev's registrations of e (*retired: whether there was one) and returns e's other
     // registrations, in order, as the list the caller publishes in e->regs.
     Reg *retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept;
+    // Every cached registration of dev retired, emptied entries removed (write section held;
+    // maintain.cc): detach and vmt_device_flush.
+    void retire_all_of(Device *dev) noexcept;
     // Removes every entry overlapping [start, end) (touching: also those ending at start or
     // starting at end), inside a write section; returns how many.
     size_t remove_overlapping(uintptr_t start, uintptr_t end, bool touching) noexcept;

@@ -199,14 +199,7 @@ void Cache::detach(Device *dev)
         write_begin();
         dev->detached.store(true);
         dev->memo_tag.store(kNoMemo);
-        for (Entry *e = lru_head_, *next; e; e = next) {
-            next = e->lru_next;
-            bool retired;
-            Reg *keep = retire_device_regs(e, dev, &retired);
-            e->regs.store(keep, std::memory_order_release);
-            if (!keep)
-                remove_entry(e);
-        }
+        retire_all_of(dev);
         write_end();
     }
     reclaim();

@@ -25,6 +25,9 @@ const Known kKnown[] = {
     {"VMTRACK_STATS", "0 or 1"},
     {"VMTRACK_LOG", "error, warn, info or debug"},
     {"VMTRACK_IOURING_TABLE", "sparse, tagged or whole (the io_uring device's table)"},
+    // read by libvmtrack-ucx (ucx-memtype/), listed so that they are not reported as typos
+    {"VMTRACK_UCX", "1 or 0"},
+    {"VMTRACK_UCX_NATIVE", "1 or 0"},
 };
 
 int bad(std::string *error, const char *name, const char *value)

@@ -27,6 +27,7 @@
 #include <ucp/api/ucp.h>
 
 #include "../lib/skip.h"
+#include "vmtrack_ucx.h"
 
 #ifndef VMT_UCX_MODULE_PATH
 #error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
@@ -182,6 +183,19 @@ static int run_one(void)
            libc < 0 ? "ERROR" : name[libc], raw < 0 ? "ERROR" : name[raw]);
     int fail = libc < 0 || raw < 0;
     if (trk && strcmp(trk(), "off")) {
+        /* the ib md's rcache (host memory only in Debian's build) is served by vmtrack */
+        struct vmt_ucx_stats st = {.sz = sizeof(st)};
+        int (*stats_get)(struct vmt_ucx_stats *) =
+            (int (*)(struct vmt_ucx_stats *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+        if (!stats_get || stats_get(&st) < 0) {
+            printf("FAIL: vmt_ucx_stats_get\n");
+            fail = 1;
+        } else {
+            printf("module: %llu rcaches on vmtrack, %llu created by libucs\n",
+                   (unsigned long long)st.native_rcaches,
+                   (unsigned long long)st.forwarded_rcaches);
+            fail |= st.native_rcaches == 0;
+        }
         fail |= libc == 1;
         if (!strcmp(trk(), "kmod") || !strcmp(trk(), "uffd"))
             fail |= raw == 1;

@@ -19,6 +19,7 @@ check_PROGRAMS += test/ucx/test_ucp_rxe
 TESTS += test/ucx/test_ucp_rxe
 test_ucx_test_ucp_rxe_SOURCES = test/ucx/test_ucp_rxe.c
 test_ucx_test_ucp_rxe_CPPFLAGS = $(AM_CPPFLAGS) $(IBVERBS_CFLAGS) $(UCX_CFLAGS) \
+	-I$(top_srcdir)/ucx-memtype \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
 test_ucx_test_ucp_rxe_LDADD = libvmtrack.la $(IBVERBS_LIBS) -lucp -lucs -ldl
 EXTRA_test_ucx_test_ucp_rxe_DEPENDENCIES = libvmtrack-ucx.la
@@ -31,4 +32,33 @@ if HAVE_UCX
 check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la
 	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
 	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
+endif
+
+# What a caller of UCX's public ucs_rcache_* API may rely on, against stock UCX and with the
+# module (deliberate differences: the table in doc/ucx.md).
+if HAVE_UCX
+check_PROGRAMS += test/ucx/test_ucs_rcache_semantics
+TESTS += test/ucx/test_ucs_rcache_semantics
+test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c
+test_ucx_test_ucs_rcache_semantics_CPPFLAGS = $(AM_CPPFLAGS) $(CHECK_CFLAGS) $(UCX_CFLAGS) \
+	-I$(top_srcdir)/ucx-memtype \
+	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
+test_ucx_test_ucs_rcache_semantics_LDADD = $(CHECK_LIBS) -lucs -lucm -ldl -lpthread
+EXTRA_test_ucx_test_ucs_rcache_semantics_DEPENDENCIES = libvmtrack-ucx.la
+endif
+
+# One cache for both stacks: Open MPI's component, a UCX rcache (libvmtrack-ucx linked before
+# libucs, not preloaded) and an io_uring user on one buffer and one budget.
+if HAVE_UCX
+if HAVE_OMPI
+check_PROGRAMS += test/ucx/test_one_cache
+TESTS += test/ucx/test_one_cache
+test_ucx_test_one_cache_SOURCES = test/ucx/test_one_cache.c \
+	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
+test_ucx_test_one_cache_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi \
+	-I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
+test_ucx_test_one_cache_LDADD = libvmtrack-ucx.la $(OMPI_TEST_LIBS) $(URING_LIBS) -lucs -lucm
+test_ucx_test_one_cache_LDFLAGS = $(OMPI_TEST_LDOPTS)
+EXTRA_test_ucx_test_one_cache_DEPENDENCIES = $(OMPI_TEST_DEPS) libvmtrack-ucx.la
+endif
 endif

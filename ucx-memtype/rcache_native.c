@@ -1,0 +1,503 @@
+/* UCX's host-memory registration caches served by vmtrack's shared cache.
+ *
+ * The six functions of ucs/memory/rcache.h are interposed. An rcache that only asks for
+ * UCM_EVENT_VM_UNMAPPED (host memory: UCX's ib md, knem) becomes a device of vmt_shared():
+ * a hit is a vmt_get, no UCX page table, no rwlock, no LRU spinlock. Everything else goes to
+ * libucs untouched, and keeps getting vmtrack's events from the feed in vmtrack_ucx.c:
+ *   - ucm_events 0 (xpmem caches a peer's segments by the peer's addresses: never vmtrack's),
+ *   - UCM_EVENT_MEM_TYPE_FREE (GPU memory: no tracker sees cudaFree; UCP's own rcache asks
+ *     for it too),
+ *   - a UCX version this file was not checked against (1.17 changed ucs_rcache_get),
+ *   - parameters UCX would refuse (UCX then says why), VMTRACK_UCX_NATIVE=0, module off.
+ * A native rcache starts with a magic word; at that offset a real ucs_rcache_t holds a size,
+ * so one load tells them apart.
+ *
+ * Region memory: a 64-byte header, then region_struct_size zeroed bytes (16-byte aligned,
+ * stable until deregistered). The header maps the region back to its vmt_reg (one region per
+ * device registration, so 1:1), counts ucs_rcache_region_hold()s and keeps the invalidation
+ * completions, which run after mem_dereg.
+ *
+ * mem_reg gets the caller's arg through a thread-local: vmtrack calls a device's reg only
+ * inside the calling thread's vmt_get (include/vmtrack.h). A range larger than the request
+ * is a merge: UCX's HIDE_ERRORS flag is passed and a failure returns -EFAULT, which makes
+ * vmtrack register the request alone, as UCX does. mem_reg/mem_dereg of one rcache run under
+ * its (recursive) lock, as under UCX's page-table lock: MD code may rely on it, and UCX's own
+ * ucs_get_mem_prot answers wrong from two threads at once. Only misses take it. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <ucm/api/ucm.h>
+#include <ucp/api/ucp_version.h>
+#include <ucs/memory/rcache.h>
+
+#include "rcache_native.h"
+#include "vmtrack.h"
+#include "vmtrack_ucx.h"
+
+#define NATIVE_MAGIC 0x766d7472756378aaULL   /* "vmtrucx" */
+#define HDR_SIZE 64
+
+struct native_rcache {
+    uint64_t magic;                 /* first: tells a native rcache from a real one */
+    struct vmt_device *_Atomic dev;
+    _Atomic unsigned gen;           /* fork generation dev was attached in */
+    ucs_rcache_params_t params;
+    struct vmt_device_ops dops;
+    pthread_mutex_t cb_lock;        /* recursive: mem_reg / mem_dereg */
+    _Atomic int destroying;
+    _Atomic size_t leaked;          /* regions held at destroy: deregistered, not freed */
+    struct native_rcache *next;     /* in n.all, under n.lock */
+    char name[64];
+};
+
+struct completion {
+    ucs_rcache_invalidate_comp_func_t cb;
+    void *arg;
+    struct completion *next;
+};
+
+struct native_hdr {
+    struct vmt_reg *_Atomic reg;
+    struct native_rcache *nr;
+    _Atomic unsigned extra_holds;   /* ucs_rcache_region_hold()s not yet put */
+    unsigned gen;
+    _Atomic int dead;               /* deregistered by destroy while held */
+    struct completion *_Atomic comps;
+};
+_Static_assert(sizeof(struct native_hdr) <= HDR_SIZE, "header fits");
+
+/* the get in progress in this thread (a stack: a mem_reg may get from another rcache) */
+struct native_req {
+    struct native_rcache *nr;
+    void *arg;
+    uintptr_t a0, a1;               /* the request, page-rounded as vmtrack rounds it */
+    ucs_status_t status;            /* mem_reg's own status when it failed */
+    struct native_req *prev;
+};
+/* initial-exec: one %fs-relative load, not a __tls_get_addr call, on every get (a preloaded
+ * or directly linked library has room in the static TLS block) */
+static __thread struct native_req *t_req __attribute__((tls_model("initial-exec")));
+static uintptr_t g_page;
+
+static struct {
+    pthread_mutex_t lock;
+    int decided, enabled;
+    char why[160];
+    struct native_rcache *all;      /* every native rcache (PURGE_ON_FORK walks them) */
+    _Atomic unsigned gen;
+    _Atomic uint64_t native, forwarded;
+} n = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline struct native_rcache *native_of(ucs_rcache_t *rc)
+{
+    struct native_rcache *nr = (struct native_rcache *)rc;
+    return nr && nr->magic == NATIVE_MAGIC ? nr : NULL;
+}
+
+static inline struct native_hdr *hdr_of(ucs_rcache_region_t *r)
+{
+    return (struct native_hdr *)((char *)r - HDR_SIZE);
+}
+
+static inline ucs_rcache_region_t *region_of(struct native_hdr *h)
+{
+    return (ucs_rcache_region_t *)((char *)h + HDR_SIZE);
+}
+
+/* ---- which UCX ----------------------------------------------------------------------- */
+/* The layouts used here are those of UCX 1.13 to 1.16 (rcache.h unchanged but for 1.16's
+ * additions); 1.17 added an argument to ucs_rcache_get. libucs has no version call: libucp's
+ * is asked when it is loaded, else ucs_rcache_set_params (1.16 on) makes the version unknown. */
+static int version_known(char *why, size_t len)
+{
+    void (*ucp_ver)(unsigned *, unsigned *, unsigned *) =
+        (void (*)(unsigned *, unsigned *, unsigned *))dlsym(RTLD_DEFAULT, "ucp_get_version");
+    unsigned major = 0, minor = 0, release = 0;
+
+    if (UCP_API_MAJOR != 1 || UCP_API_MINOR < 13 || UCP_API_MINOR > 16) {
+        snprintf(why, len, "built against UCX %d.%d", UCP_API_MAJOR, UCP_API_MINOR);
+        return 0;
+    }
+    if (ucp_ver) {
+        ucp_ver(&major, &minor, &release);
+        if (major != 1 || minor < 13 || minor > 16) {
+            snprintf(why, len, "UCX %u.%u.%u is not one of 1.13-1.16", major, minor, release);
+            return 0;
+        }
+        return 1;
+    }
+    if (dlsym(RTLD_NEXT, "ucs_rcache_set_params")) {
+        snprintf(why, len, "libucs is 1.16 or later and libucp is not loaded to say which");
+        return 0;
+    }
+    return 1;
+}
+
+static void atfork_prepare(void)
+{
+    /* UCS_RCACHE_FLAG_PURGE_ON_FORK: the rcache's unused regions are deregistered before fork,
+     * so the child does not inherit pinned pages it cannot use. This runs before vmtrack's own
+     * prepare handler (registered earlier), which takes its locks. */
+    pthread_mutex_lock(&n.lock);
+    for (struct native_rcache *nr = n.all; nr; nr = nr->next)
+        if ((nr->params.flags & UCS_RCACHE_FLAG_PURGE_ON_FORK) &&
+            atomic_load(&nr->gen) == atomic_load(&n.gen) && atomic_load(&nr->dev))
+            vmt_device_flush(atomic_load(&nr->dev));
+    pthread_mutex_unlock(&n.lock);
+}
+
+static void atfork_child(void)
+{
+    atomic_fetch_add(&n.gen, 1);
+}
+
+static int native_enabled(void)
+{
+    pthread_mutex_lock(&n.lock);
+    if (!n.decided) {
+        const char *env = getenv("VMTRACK_UCX_NATIVE");
+        n.decided = 1;
+        vmt_ucx_resolve_real();
+        if (env && !strcmp(env, "0"))
+            snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=0");
+        else if (env && *env && strcmp(env, "1"))
+            snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=%s is not 1 or 0", env);
+        else if (vmt_ucx_mode(NULL, 0) == VMT_UCX_OFF)
+            snprintf(n.why, sizeof(n.why), "the module is off");
+        else if (!vmt_ucx_real.put || !vmt_ucx_real.hold || !vmt_ucx_real.invalidate)
+            snprintf(n.why, sizeof(n.why), "libucs's region functions not found");
+        else if (version_known(n.why, sizeof(n.why))) {
+            n.enabled = 1;
+            pthread_atfork(atfork_prepare, NULL, atfork_child);
+        }
+        if (!n.enabled && env && *env && strcmp(env, "0"))
+            fprintf(stderr, "vmtrack-ucx: UCX's caches stay UCX's: %s\n", n.why);
+    }
+    pthread_mutex_unlock(&n.lock);
+    return n.enabled;
+}
+
+/* ---- the device ---------------------------------------------------------------------- */
+static int status_to_errno(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_ERR_NO_MEMORY: return -ENOMEM;
+    case UCS_ERR_EXCEEDS_LIMIT: return -ENOSPC;
+    case UCS_ERR_INVALID_PARAM: return -EINVAL;
+    case UCS_ERR_INVALID_ADDR: return -EFAULT;
+    default: return -EIO;
+    }
+}
+
+static ucs_status_t errno_to_status(int ret)
+{
+    switch (ret) {
+    case -EFAULT: return UCS_ERR_INVALID_ADDR;
+    case -ENOMEM: return UCS_ERR_NO_MEMORY;
+    case -ENOSPC: return UCS_ERR_EXCEEDS_LIMIT;
+    case -EINVAL: return UCS_ERR_INVALID_PARAM;
+    default: return UCS_ERR_IO_ERROR;
+    }
+}
+
+static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    struct native_rcache *nr = ctx;
+    struct native_req *req = t_req && t_req->nr == nr ? t_req : NULL;
+    uintptr_t start = (uintptr_t)addr;
+    int merged = req && (start < req->a0 || start + len > req->a1);
+    struct native_hdr *h;
+    ucs_rcache_region_t *r;
+    ucs_status_t st;
+
+    if (posix_memalign((void **)&h, 64, HDR_SIZE + nr->params.region_struct_size))
+        return -ENOMEM;
+    memset(h, 0, HDR_SIZE + nr->params.region_struct_size);
+    h->nr = nr;
+    h->gen = atomic_load(&n.gen);
+    r = region_of(h);
+    r->super.start = start;
+    r->super.end = start + len;
+    r->prot = (access & VMT_ACCESS_READ ? PROT_READ : 0) |
+              (access & VMT_ACCESS_WRITE ? PROT_WRITE : 0);
+    r->refcount = 1;                /* callers only assert > 0: never a count here */
+    r->status = UCS_OK;
+    pthread_mutex_lock(&nr->cb_lock);
+    st = nr->params.ops->mem_reg(nr->params.context, (ucs_rcache_t *)nr, req ? req->arg : NULL,
+                                 r, merged ? UCS_RCACHE_MEM_REG_HIDE_ERRORS : 0);
+    pthread_mutex_unlock(&nr->cb_lock);
+    if (st != UCS_OK) {
+        free(h);
+        if (merged)
+            return -EFAULT;         /* vmtrack registers the request alone */
+        if (req)
+            req->status = st;
+        return status_to_errno(st);
+    }
+    r->flags = UCS_RCACHE_REGION_FLAG_REGISTERED | UCS_RCACHE_REGION_FLAG_PGTABLE;
+    *handle = h;
+    return 0;
+}
+
+static void run_completions(struct native_hdr *h)
+{
+    struct completion *c = atomic_exchange(&h->comps, NULL);
+    while (c) {
+        struct completion *next = c->next;
+        c->cb(c->arg);
+        free(c);
+        c = next;
+    }
+}
+
+static void dev_dereg(void *ctx, void *handle)
+{
+    struct native_rcache *nr = ctx;
+    struct native_hdr *h = handle;
+    ucs_rcache_region_t *r = region_of(h);
+
+    r->flags = 0;
+    pthread_mutex_lock(&nr->cb_lock);
+    nr->params.ops->mem_dereg(nr->params.context, (ucs_rcache_t *)nr, r);
+    pthread_mutex_unlock(&nr->cb_lock);
+    run_completions(h);
+    if (atomic_load(&nr->destroying)) {
+        /* destroy while the caller still holds it: keep the memory (the caller may still read
+         * it), as UCX does; its put becomes a no-op */
+        atomic_store(&h->dead, 1);
+        atomic_fetch_add(&nr->leaked, 1);
+        return;
+    }
+    free(h);
+}
+
+/* The device of this process (after fork() the child attaches its own, once, lazily). */
+static __attribute__((noinline)) struct vmt_device *attach_device(struct native_rcache *nr,
+                                                                   unsigned gen)
+{
+    pthread_mutex_lock(&n.lock);
+    if (atomic_load(&nr->gen) != gen) {
+        struct vmt_device *d = NULL;
+        if (vmt_device_attach(vmt_shared(), &nr->dops, nr, &d) < 0)
+            d = NULL;
+        atomic_store(&nr->dev, d);
+        atomic_store_explicit(&nr->gen, gen, memory_order_release);
+    }
+    pthread_mutex_unlock(&n.lock);
+    return atomic_load(&nr->dev);
+}
+
+static inline struct vmt_device *device(struct native_rcache *nr)
+{
+    unsigned gen = atomic_load_explicit(&n.gen, memory_order_relaxed);
+    if (__builtin_expect(atomic_load_explicit(&nr->gen, memory_order_acquire) == gen, 1))
+        return atomic_load_explicit(&nr->dev, memory_order_relaxed);
+    return attach_device(nr, gen);
+}
+
+/* ---- the six functions --------------------------------------------------------------- */
+int vmt_ucx_params_valid(const ucs_rcache_params_t *p)
+{
+    return p && p->ops && p->ops->mem_reg && p->ops->mem_dereg &&
+           p->region_struct_size >= sizeof(ucs_rcache_region_t) &&
+           p->alignment >= UCS_RCACHE_MIN_ALIGNMENT && !(p->alignment & (p->alignment - 1)) &&
+           p->alignment <= p->max_alignment;
+}
+
+int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
+                          ucs_rcache_t **rcache_p)
+{
+    struct native_rcache *nr;
+    pthread_mutexattr_t ma;
+
+    if (!vmt_ucx_params_valid(params) || params->ucm_events != UCM_EVENT_VM_UNMAPPED || !native_enabled())
+        return 0;
+    if (posix_memalign((void **)&nr, 64, sizeof(*nr)))
+        return -ENOMEM;
+    memset(nr, 0, sizeof(*nr));
+    nr->magic = NATIVE_MAGIC;
+    nr->params = *params;
+    snprintf(nr->name, sizeof(nr->name), "ucx:%s", name ? name : "rcache");
+    nr->dops.sz = sizeof(nr->dops);
+    nr->dops.name = nr->name;
+    nr->dops.reg = dev_reg;
+    nr->dops.dereg = dev_dereg;
+    nr->dops.max_regions = params->max_regions == ULONG_MAX ? 0 : params->max_regions;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&nr->cb_lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    g_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    atomic_store(&nr->gen, atomic_load(&n.gen) + 1);   /* not attached yet */
+    if (!device(nr)) {
+        free(nr);
+        return -ENODEV;
+    }
+    pthread_mutex_lock(&n.lock);
+    nr->next = n.all;
+    n.all = nr;
+    pthread_mutex_unlock(&n.lock);
+    atomic_fetch_add(&n.native, 1);
+    *rcache_p = (ucs_rcache_t *)nr;
+    return 1;
+}
+
+void vmt_ucx_note_forwarded(void)
+{
+    atomic_fetch_add(&n.forwarded, 1);
+}
+
+int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
+{
+    struct native_rcache *nr = native_of(rcache);
+    struct vmt_device *d;
+    size_t leaked;
+
+    if (!nr)
+        return 0;
+    pthread_mutex_lock(&n.lock);
+    for (struct native_rcache **p = &n.all; *p; p = &(*p)->next)
+        if (*p == nr) {
+            *p = nr->next;
+            break;
+        }
+    pthread_mutex_unlock(&n.lock);
+    d = atomic_load(&nr->gen) == atomic_load(&n.gen) ? atomic_load(&nr->dev) : NULL;
+    if (d) {
+        /* what is not in use goes first, so that what the detach deregisters is only what
+         * callers still hold */
+        vmt_device_flush(d);
+        atomic_store(&nr->destroying, 1);
+        vmt_device_detach(d);
+    }
+    leaked = atomic_load(&nr->leaked);
+    if (leaked)
+        fprintf(stderr, "vmtrack-ucx: rcache %s destroyed with %zu regions in use\n",
+                nr->name, leaked);
+    pthread_mutex_destroy(&nr->cb_lock);
+    nr->magic = 0;
+    free(nr);
+    atomic_fetch_sub(&n.native, 1);
+    return 1;
+}
+
+static __attribute__((noinline)) ucs_status_t native_get_failed(struct native_req *req, int ret)
+{
+    return req->status != UCS_OK ? req->status : errno_to_status(ret);
+}
+
+/* The hit path: a few loads, the thread-local request, vmt_get. */
+VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
+                                           int prot, void *arg, ucs_rcache_region_t **region_p)
+{
+    struct native_rcache *nr = native_of(rcache);
+    struct native_req req;
+    struct native_hdr *h;
+    struct vmt_device *d;
+    struct vmt_reg *v;
+    unsigned access;
+    int ret;
+
+    if (!nr)
+        return vmt_ucx_feed_get(rcache, address, length, prot, arg, region_p);
+    d = device(nr);
+    if (__builtin_expect(!d, 0))
+        return UCS_ERR_IO_ERROR;
+    access = (prot & PROT_WRITE ? VMT_ACCESS_WRITE : 0) | (prot & PROT_READ ? VMT_ACCESS_READ : 0);
+    req.nr = nr;
+    req.arg = arg;
+    req.a0 = (uintptr_t)address & ~(g_page - 1);
+    req.a1 = ((uintptr_t)address + length + g_page - 1) & ~(g_page - 1);
+    req.status = UCS_OK;
+    req.prev = t_req;
+    t_req = &req;
+    ret = vmt_get(d, address, length, access ? access : VMT_ACCESS_READ, &v);
+    t_req = req.prev;
+    if (__builtin_expect(ret < 0, 0))
+        return native_get_failed(&req, ret);
+    h = vmt_reg_handle(v);
+    if (__builtin_expect(!atomic_load_explicit(&h->reg, memory_order_relaxed), 0))
+        atomic_store_explicit(&h->reg, v, memory_order_relaxed);
+    *region_p = region_of(h);
+    return UCS_OK;
+}
+
+VMT_UCX_EXPORT void ucs_rcache_region_hold(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
+{
+    if (!native_of(rcache)) {
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.hold(rcache, region);
+        return;
+    }
+    atomic_fetch_add_explicit(&hdr_of(region)->extra_holds, 1, memory_order_relaxed);
+}
+
+VMT_UCX_EXPORT void ucs_rcache_region_put(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
+{
+    struct native_hdr *h;
+    unsigned holds;
+
+    if (!native_of(rcache)) {
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.put(rcache, region);
+        return;
+    }
+    h = hdr_of(region);
+    holds = atomic_load_explicit(&h->extra_holds, memory_order_relaxed);
+    while (holds && !atomic_compare_exchange_weak(&h->extra_holds, &holds, holds - 1))
+        ;
+    if (holds)
+        return;
+    /* a region of the parent (after fork) or of a destroyed rcache is no longer vmtrack's */
+    if (h->gen != atomic_load_explicit(&n.gen, memory_order_relaxed) || atomic_load(&h->dead))
+        return;
+    vmt_put(atomic_load_explicit(&h->reg, memory_order_relaxed));
+}
+
+VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcache_region_t *region,
+                                                 ucs_rcache_invalidate_comp_func_t cb, void *arg)
+{
+    struct native_hdr *h;
+    struct completion *c;
+
+    if (!native_of(rcache)) {
+        vmt_ucx_resolve_real();
+        vmt_ucx_real.invalidate(rcache, region, cb, arg);
+        return;
+    }
+    h = hdr_of(region);
+    c = malloc(sizeof(*c));
+    if (!c) {
+        fprintf(stderr, "vmtrack-ucx: out of memory for an invalidation completion\n");
+        abort();
+    }
+    c->cb = cb;
+    c->arg = arg;
+    c->next = atomic_load(&h->comps);
+    while (!atomic_compare_exchange_weak(&h->comps, &c->next, c))
+        ;
+    /* out of the cache now, other devices' registrations of the range untouched;
+     * deregistered (and the completions run) at the last put */
+    if (atomic_load(&h->dead))
+        run_completions(h);         /* deregistered already, by the rcache's destroy */
+    else if (h->gen == atomic_load(&n.gen))
+        vmt_reg_invalidate(atomic_load(&h->reg));
+}
+
+void vmt_ucx_native_counts(uint64_t *native, uint64_t *forwarded)
+{
+    *native = atomic_load(&n.native);
+    *forwarded = atomic_load(&n.forwarded);
+}
