@@ -227,6 +227,7 @@ private:
     }
 
     void reclaim() noexcept;
+    void reclaim_settled() noexcept;  // also waits for a pass running in another thread
     void reclaim_pass() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock

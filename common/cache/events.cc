@@ -244,7 +244,7 @@ int Cache::flush()
             write_end();
         }
     }
-    reclaim();
+    reclaim_settled();
     return 0;
 }
 

@@ -61,7 +61,7 @@ int Cache::flush_device(Device *dev)
         retire_all_of(dev);
         write_end();
     }
-    reclaim();
+    reclaim_settled();
     return 0;
 }
 

@@ -146,6 +146,19 @@ void Cache::reclaim() noexcept
     }
     if (!limbo_nonempty_.load(std::memory_order_acquire))
         return;
+    reclaim_settled();
+}
+
+// vmt_flush's promise, "nothing unheld is left registered when it returns", covers what a
+// pass in another thread (a hook's reclaim after an unmap) took out of limbo_ and has not
+// deregistered yet: limbo_ looks empty then, so this waits for that pass on reclaim_lock_
+// instead of trusting limbo_nonempty_.
+void Cache::reclaim_settled() noexcept
+{
+    if (t_in_reclaim) {
+        t_reclaim_again = true;
+        return;
+    }
     t_in_reclaim = true;
     {
         std::lock_guard<std::mutex> rl(reclaim_lock_);
