@@ -33,7 +33,7 @@
 #include "vmtrack.h"
 #include "vmtrack/iouring.h"
 #include "vmtrack_ucx.h"
-#include "../check_run.h"
+#include "../lib/check_run.h"
 
 #define BUDGET_MIB 8
 

@@ -30,7 +30,7 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
-#include "../check_run.h"
+#include "../lib/check_run.h"
 #include "vmtrack_ucx.h"
 
 #ifndef VMT_UCX_MODULE_PATH
