@@ -136,10 +136,12 @@ static void *map_buf(size_t len)
     return p;
 }
 
-/* New pages at the same address, through libc (the hooks tracker sees it). */
+/* New pages at the same address, through libc (the hooks tracker sees it), in one system call:
+ * munmap + mmap would be two events, and the second, still queued when the first one's notify
+ * emptied the table, would doom a range the test subscribes again after that notify (a
+ * spurious miss, not a stale hit, but not what the tests below assert). */
 static void replace_pages(void *p, size_t len)
 {
-    ck_assert_int_eq(munmap(p, len), 0);
     void *q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     ck_assert_ptr_eq(q, p);
     memset(p, 2, len);
