@@ -48,10 +48,16 @@ static void *change(const char *s, void *buf)
         return malloc(LEN);
     }
     if (!strcmp(s, "mremap-mmap")) {
-        void *away = mremap(buf, LEN, LEN, MREMAP_MAYMOVE | MREMAP_FIXED,
-                            (char *)buf + 64 * LEN);
-        if (away == MAP_FAILED)
+        /* The target is reserved first: MREMAP_FIXED unmaps whatever is there (a guessed
+         * address once took part of libstdc++'s text, and the process died at exit). */
+        void *dst = mmap(NULL, LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (dst == MAP_FAILED)
             return NULL;
+        void *away = mremap(buf, LEN, LEN, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+        if (away == MAP_FAILED) {
+            munmap(dst, LEN);
+            return NULL;
+        }
         void *back = map_at(buf);
         munmap(away, LEN);
         return back;
