@@ -4,7 +4,13 @@
  *          touches the memory, so a hole only makes fi_mr_reg fail);
  *   check  with the address space quiet, every slot gets new bytes, is registered (a hit if
  *          the race left an entry cached) and written into the target: anything but the new
- *          bytes means a registration cached during the race outlived its pages. */
+ *          bytes means a registration cached during the race outlived its pages.
+ *
+ * Two races. "fenced": a slot is never remapped while an fi_mr_reg of that slot runs (a lock
+ * per slot), so every remap meets an entry that is cached or not there at all: that is what a
+ * monitor is told about and what the suite asserts. "open": no lock, so a remap may also fall
+ * between the provider's ibv_reg_mr and libfabric's subscribe, a window libfabric 1.17 leaves
+ * to every monitor (doc/ofi.md): reported for each monitor, asserted for none. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,7 +30,8 @@
 
 struct stress {
     char *base;
-    int raw;
+    int raw, fenced;
+    pthread_mutex_t slot_lock[SLOTS];
     _Atomic int stop;
     unsigned long remaps;
 };
@@ -47,7 +54,12 @@ static void *mutator(void *arg)
     struct stress *s = arg;
     unsigned k = 0;
     while (!atomic_load(&s->stop)) {
-        remap(s, k++ % SLOTS);
+        unsigned slot = k++ % SLOTS;
+        if (s->fenced && pthread_mutex_trylock(&s->slot_lock[slot]))
+            continue;   /* being registered: another slot */
+        remap(s, slot);
+        if (s->fenced)
+            pthread_mutex_unlock(&s->slot_lock[slot]);
         s->remaps++;
     }
     return NULL;
@@ -60,9 +72,20 @@ static long now_ms(void)
     return t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw)
+static void reg_slot(struct ofi_rig *r, struct stress *s, unsigned slot)
 {
-    struct stress s = {.raw = raw};
+    if (s->fenced)
+        pthread_mutex_lock(&s->slot_lock[slot]);
+    rig_reg(r, s->base + (size_t)slot * SLOT, SLOT);
+    if (s->fenced)
+        pthread_mutex_unlock(&s->slot_lock[slot]);
+}
+
+int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw, int fenced)
+{
+    struct stress s = {.raw = raw, .fenced = fenced};
+    for (unsigned k = 0; k < SLOTS; k++)
+        pthread_mutex_init(&s.slot_lock[k], NULL);
     s.base = mmap(NULL, SLOTS * SLOT, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned long regs = 0, writes = 0, wrong = 0, errors = 0;
     for (unsigned round = 0; round < rounds; round++) {
@@ -71,7 +94,7 @@ int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw)
         pthread_create(&t, NULL, mutator, &s);
         long end = now_ms() + RACE_MS;
         for (unsigned k = 0; now_ms() < end; k++, regs++)
-            rig_reg(r, s.base + (size_t)(k % SLOTS) * SLOT, SLOT);
+            reg_slot(r, &s, k % SLOTS);
         atomic_store(&s.stop, 1);
         pthread_join(t, NULL);
         for (unsigned k = 0; k < SLOTS; k++) {
@@ -86,8 +109,8 @@ int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw)
             wrong += !rig_holds(r->target, SLOT, pattern);
         }
     }
-    printf("RESULT stress %s writes %lu wrong %lu errors %lu remaps %lu regs %lu\n",
-           raw ? "raw" : "libc", writes, wrong, errors, s.remaps, regs);
+    printf("RESULT stress-%s %s writes %lu wrong %lu errors %lu remaps %lu regs %lu\n",
+           fenced ? "fenced" : "open", raw ? "raw" : "libc", writes, wrong, errors, s.remaps, regs);
     fflush(stdout);
     return 0;   /* the slots stay mapped: a stale entry left on them must not meet later tests */
 }

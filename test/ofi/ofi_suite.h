@@ -17,7 +17,7 @@ struct ofi_rig;
 /* Each runs on an open rig (target of at least OFI_SCN_LEN bytes) and prints its RESULT
  * line(s); 0, or 1 when something failed that is not what is being measured. */
 int ofi_scenario_run(struct ofi_rig *r, const char *scenario);
-int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw);
+int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw, int fenced);
 int ofi_bench_run(struct ofi_rig *r, unsigned iters);
 
 /* Prints "RESULT monitor <subscribes> <valids> <valids_false> <notifies>" if libvmtrack-ofi
