@@ -57,8 +57,10 @@ void Cache::child_after_fork() noexcept
     holds_after_fork_child();
     for (Cache *c = g_caches_list; c; c = c->next_cache_) {
         // The parent's registrations belong to the parent: forget them without deregistering
-        // (their objects stay allocated and are never reused here).
-        new (&c->lock_) std::mutex();
+        // (their objects stay allocated and are never reused here). lock_ was taken by this
+        // thread in prepare_fork: unlocked (TSan sees that); the locks other threads may
+        // have held are rebuilt, those threads are not here.
+        c->lock_.unlock();
         new (&c->reclaim_lock_) std::mutex();
         // A thread of the parent may have been in a subscriber's callback, holding this
         // for reading: that thread is not here.
@@ -89,7 +91,7 @@ void Cache::child_after_fork() noexcept
         new (&c->counts_) Counters();  // every counter, whichever were added
         c->needs_fork_fixup_.store(true);
     }
-    new (&g_caches_lock) std::mutex();
+    g_caches_lock.unlock();
 }
 
 void Cache::maybe_after_fork() noexcept

@@ -112,7 +112,7 @@ int64_t holds_in_threads(HoldKey id) noexcept
     unsigned h = slot_home(id);
     for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next) {
         for (unsigned k = 0; k < kHoldProbe; k++) {
-            uint64_t s = r->slots[(h + k) & (kHoldSlots - 1)].load(std::memory_order_relaxed);
+            uint64_t s = r->slots[(h + k) & (kHoldSlots - 1)].load(kHoldSumOrder);
             if (slot_id(s) == id)
                 sum += slot_count(s);
         }
@@ -187,7 +187,9 @@ void holds_unlock_after_fork_parent() noexcept { g_records_lock.unlock(); }
 
 void holds_after_fork_child() noexcept
 {
-    new (&g_records_lock) std::mutex();
+    // Taken by this very thread in holds_lock_for_fork: unlocked, not rebuilt, so that tools
+    // that follow mutexes (TSan) see it released.
+    g_records_lock.unlock();
     for (ThreadRecord *r = g_records.load(); r; r = r->next) {
         for (auto &s : r->slots)
             s.store(0, std::memory_order_relaxed);
