@@ -410,7 +410,7 @@ extern "C" void vmt_put(struct vmt_reg *reg)
         // shifted low bits make such a key fail the test.
         uint64_t misaligned = key << (64 - vmt::kCountBits);
         if (__builtin_expect(((s - vmt::make_slot(key, 1)) | misaligned) < (uint64_t)vmt::kMaxSlotCount, 1)) {
-            slot.store(s - 1, std::memory_order_relaxed);
+            slot.store(s - 1, vmt::kHoldPutOrder);
             // Fencing readers (no membarrier) keep g_retired_regs above 0: they never return here.
             std::atomic_signal_fence(std::memory_order_seq_cst);
             if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))

@@ -21,6 +21,18 @@
 
 namespace vmt {
 
+// ThreadSanitizer does not model membarrier, so it cannot see that a put's slot store
+// happens before the retirer's sum (and the dereg after it). Under TSan only, the put
+// releases and the sum acquires, which carries the same edge where TSan can see it; the
+// product's build keeps relaxed stores (a plain mov either way on x86).
+#if defined(__SANITIZE_THREAD__)
+constexpr std::memory_order kHoldPutOrder = std::memory_order_release;
+constexpr std::memory_order kHoldSumOrder = std::memory_order_acquire;
+#else
+constexpr std::memory_order kHoldPutOrder = std::memory_order_relaxed;
+constexpr std::memory_order kHoldSumOrder = std::memory_order_relaxed;
+#endif
+
 constexpr unsigned kHoldSlots = 32;      // per thread; a power of two
 constexpr unsigned kHoldProbe = 4;       // slots looked at per id
 constexpr unsigned kFastStatCaches = 8;  // caches whose hits are counted per thread
@@ -99,7 +111,7 @@ inline bool hold_remove(ThreadRecord *t, HoldKey id) noexcept
         uint64_t s = t->slots[i].load(std::memory_order_relaxed);
         // One compare: the key matches and the count is at least 1.
         if (__builtin_expect(s - make_slot(id, 1) < (uint64_t)kMaxSlotCount, 1)) {
-            t->slots[i].store(s - 1, std::memory_order_relaxed);
+            t->slots[i].store(s - 1, kHoldPutOrder);
             return true;
         }
     }
