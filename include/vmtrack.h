@@ -199,6 +199,9 @@ struct vmt_stats {
     uint64_t max_bytes;
     uint64_t memo_hits;       /* hits answered from the memo, without walking the index */
     uint64_t memo_wraps;      /* times the memo was cleared because the retire count wrapped */
+    /* Retired registrations are deregistered in batches, one reader barrier for each. */
+    uint64_t retired_waiting; /* retired, not yet deregistered (held ones included) */
+    uint64_t reclaim_passes;  /* batches reclaimed (each one barrier on every thread) */
 };
 /* Fills the first stats->sz bytes (fields this library does not know read 0). Errors: -EINVAL
  * (NULL, sz smaller than the original struct). */

@@ -142,7 +142,7 @@ public:
     void unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept override;
     void pause_hits() noexcept override;
     void resume_hits() noexcept override;
-    void reap() noexcept override { reclaim(); }
+    void reap() noexcept override { reclaim_if_due(); }
 
     // fork() handlers for every cache (holds.cc has the thread side).
     static void prepare_fork() noexcept;
@@ -229,6 +229,8 @@ private:
     void reclaim() noexcept;
     void reclaim_settled() noexcept;  // also waits for a pass running in another thread
     void reclaim_pass() noexcept;
+    // reclaim() once a batch has gathered, or at once where the reader barrier is free.
+    void reclaim_if_due() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     void release_entries(Entry *list) noexcept;            // and its part after
@@ -332,6 +334,9 @@ private:
 
     Reg *limbo_ = nullptr;         // retired, maybe held
     std::atomic<bool> limbo_nonempty_{false};
+    // Retired since the last reclaim pass (the batch: count and bytes), and all in limbo_
+    // (held ones included).
+    std::atomic<size_t> limbo_new_{0}, limbo_new_bytes_{0}, limbo_total_{0};
     std::mutex reclaim_lock_;      // one reclaimer at a time; never taken under lock_
 
     struct Range { uintptr_t start, end; int depth; };
@@ -355,7 +360,7 @@ private:
     struct Counters {
         std::atomic<uint64_t> hits_shared{0}, misses{0}, registrations{0}, deregistrations{0},
             invalidations{0}, evictions{0}, uncached{0}, merges{0}, upgrades{0}, retries{0},
-            deferred{0}, memo_wraps{0}, bytes_registered{0};
+            deferred{0}, memo_wraps{0}, bytes_registered{0}, reclaim_passes{0};
     } counts_;
 
     std::atomic<bool> needs_fork_fixup_{false};

@@ -82,6 +82,9 @@ void Cache::child_after_fork() noexcept
         c->bytes_cached_ = 0;
         c->limbo_ = nullptr;
         c->limbo_nonempty_.store(false);
+        c->limbo_new_.store(0);
+        c->limbo_new_bytes_.store(0);
+        c->limbo_total_.store(0);
         c->unmaps_count_ = 0;
         c->inval_count_ = 0;
         for (Device *d = c->devices_; d; d = d->next) {

@@ -178,8 +178,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
     MissInProgress counted(this);
     counts_.misses.fetch_add(1, std::memory_order_relaxed);
     tracker_->poll();
-    if (limbo_nonempty_.load(std::memory_order_relaxed))
-        reclaim();
+    reclaim_if_due();
     ThreadRecord *t = thread_record();
     int rc = check_region_bytes(dev, a0, a1);
     if (rc < 0)
@@ -208,7 +207,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
                       ThreadRecord *t, Plan *plan, Reg **out) noexcept
 {
     *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false};
-    bool evicted = false;
+    bool device_limited = false;
     {
         std::unique_lock<std::mutex> g(lock_);
         while (unmap_in_flight(a0, a1))
@@ -237,10 +236,12 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
             write_begin();
             evict_locked(dev, nullptr, 1);
             write_end();
-            evicted = true;
+            // The device's own room comes back only when deregistered: now. Room in the
+            // cache's own limits is there already (a batch may wait).
+            device_limited = dev->ops.max_regions != 0;
         }
     }
-    if (evicted)
+    if (device_limited)
         reclaim();
     return false;
 }
@@ -379,8 +380,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     take_hold(t, r);
     write_end();
     g.unlock();
-    if (limbo_nonempty_.load(std::memory_order_relaxed))
-        reclaim();
+    reclaim_if_due();
     *out = r;
     return 0;
 }

@@ -3,6 +3,10 @@
 // Invariant: a registration is deregistered only when no thread holds it and no reader can
 // still find it. retire() takes it out of its entry (under the index lock, in a write section)
 // into limbo_ and moves the memo epoch, so neither the tree nor the memo hands it out again.
+// Retired registrations wait in limbo_ for a batch (kReclaimBatch, or kReclaimBatchBytes), so
+// that one barrier serves many (reclaim_if_due); a device at its own limit, flush, invalidate,
+// detach and the last put of a retired registration reclaim at once (reclaim), and so does
+// every caller where the barrier is free (no other thread owns a thread record).
 // reclaim() then runs reader_barrier(): every reader that published a hold before the
 // retirement is now visible to it, and every later reader sees the moved sequence or epoch
 // and takes its hold back. What is still held after that stays in limbo_ (counted as
@@ -25,6 +29,10 @@ __thread bool t_in_reclaim __attribute__((tls_model("initial-exec"))) = false;
 // A reclaim asked for while this thread reclaims (a put from a device's dereg): run again.
 __thread bool t_reclaim_again __attribute__((tls_model("initial-exec"))) = false;
 constexpr int kReclaimPasses = 4;  // bounds the passes of one reclaim() such puts can cause
+// Retired registrations wait for a batch: one reader barrier (membarrier: an interrupt on every
+// CPU that runs a thread of the process) for this many, or this many bytes, whichever first.
+constexpr size_t kReclaimBatch = 64;
+constexpr size_t kReclaimBatchBytes = 64u << 20;
 }  // namespace
 
 void Cache::retire(Reg *r) noexcept
@@ -35,6 +43,12 @@ void Cache::retire(Reg *r) noexcept
     r->next.store(limbo_, std::memory_order_relaxed);
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
+    Entry *e = r->entry.load(std::memory_order_relaxed);
+    limbo_new_.fetch_add(1, std::memory_order_relaxed);
+    limbo_new_bytes_.fetch_add(e->end.load(std::memory_order_relaxed) -
+                                   e->start.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+    limbo_total_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Cache::deregister(Device *dev, void *handle, size_t len) noexcept
@@ -138,6 +152,16 @@ void Cache::put(Reg *r, bool hold_released)
         reclaim();
 }
 
+void Cache::reclaim_if_due() noexcept
+{
+    if (!limbo_nonempty_.load(std::memory_order_relaxed))
+        return;
+    if (limbo_new_.load(std::memory_order_relaxed) >= kReclaimBatch ||
+        limbo_new_bytes_.load(std::memory_order_relaxed) >= kReclaimBatchBytes ||
+        reader_barrier_is_free())
+        reclaim();
+}
+
 void Cache::reclaim() noexcept
 {
     if (t_in_reclaim) {
@@ -222,10 +246,13 @@ void Cache::reclaim_pass() noexcept
         list = limbo_;
         limbo_ = nullptr;
         limbo_nonempty_.store(false, std::memory_order_relaxed);
+        limbo_new_.store(0, std::memory_order_relaxed);
+        limbo_new_bytes_.store(0, std::memory_order_relaxed);
     }
     if (!list)
         return;
     reader_barrier();
+    counts_.reclaim_passes.fetch_add(1, std::memory_order_relaxed);
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
         Reg *r = list;
@@ -269,6 +296,7 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
         d->bytes -= len;
         reg_set_state(r, kRegDead);
         g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
+        limbo_total_.fetch_sub(1, std::memory_order_relaxed);
         regs_.free(r);
         if (--e->regs_alive == 0 && !e->in_index) {
             e->lru_next = free_later;  // reuse the link: the entry left the LRU list

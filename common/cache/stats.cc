@@ -39,6 +39,8 @@ void Cache::stats(struct vmt_stats *s)
     v.max_bytes = max_bytes_;
     v.memo_hits = memo_hits;
     v.memo_wraps = counts_.memo_wraps.load();
+    v.retired_waiting = limbo_total_.load();
+    v.reclaim_passes = counts_.reclaim_passes.load();
     size_t n = s->sz < sizeof v ? s->sz : sizeof v;
     size_t caller_sz = s->sz;
     memcpy(s, &v, n);
