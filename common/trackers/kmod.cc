@@ -242,16 +242,7 @@ int kmod_tracker_probe(std::string *why)
 
 int kmod_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why)
 {
-    std::unique_ptr<KmodTracker> t(new (std::nothrow) KmodTracker(sink));
-    if (!t) {
-        *why = "out of memory";
-        return -ENOMEM;
-    }
-    int rc = t->start(why);
-    if (rc < 0)
-        return rc;
-    *out = std::move(t);
-    return 0;
+    return start_tracker<KmodTracker>(sink, out, why);
 }
 
 }  // namespace vmt

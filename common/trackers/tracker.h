@@ -9,9 +9,11 @@
 #define VMTRACK_COMMON_TRACKER_H
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 
 namespace vmt {
@@ -106,6 +108,23 @@ struct TrackerKind {
 // In the order "auto" tries them: kmod, hooks, uffd. Defined in trackers/select.cc.
 extern const TrackerKind kAutoTrackers[];
 extern const size_t kAutoTrackerCount;
+
+// The factory of a tracker whose constructor takes the sink and whose start(why) returns 0
+// or a negative errno: nothing is handed out unless it started.
+template <class T>
+int start_tracker(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why)
+{
+    std::unique_ptr<T> t(new (std::nothrow) T(sink));
+    if (!t) {
+        *why = "out of memory";
+        return -ENOMEM;
+    }
+    int rc = t->start(why);
+    if (rc < 0)
+        return rc;
+    *out = std::move(t);
+    return 0;
+}
 
 int none_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int pass_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);

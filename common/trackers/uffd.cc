@@ -561,16 +561,7 @@ int uffd_tracker_probe(std::string *why)
 
 int uffd_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why)
 {
-    std::unique_ptr<UffdTracker> t(new (std::nothrow) UffdTracker(sink));
-    if (!t) {
-        *why = "out of memory";
-        return -ENOMEM;
-    }
-    int rc = t->start(why);
-    if (rc)
-        return rc;
-    *out = std::move(t);
-    return 0;
+    return start_tracker<UffdTracker>(sink, out, why);
 }
 
 }  // namespace vmt
