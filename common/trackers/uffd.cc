@@ -328,7 +328,7 @@ void UffdTracker::drain()
 // signal, so wait at least kZapMinNs as well. A heuristic: userspace cannot see the zap.
 void UffdTracker::wait_zapped(const uintptr_t (*r)[2], int n)
 {
-    constexpr double kZapWaitNs = 2e6, kZapMinNs = 50e3;
+    constexpr double kZapWaitNs = 10e6, kZapMinNs = 50e3;
     constexpr int kSamples = 32;
     double t0 = now_ns();
     for (;;) {
