@@ -182,6 +182,20 @@ static size_t page(void)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* npages of fresh RW memory with an unmapped guard page on each side */
+static char *map_pages(size_t npages)
+{
+    char *g = mmap(NULL, (npages + 2) * page(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(g, MAP_FAILED);
+    char *p = mmap(g + page(), npages * page(), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ck_assert_ptr_eq(p, g + page());
+    memset(p, 0x11, npages * page());
+    return p;
+}
+
+#define RW (PROT_READ | PROT_WRITE)
+
 static ucs_rcache_params_t md_params(struct test_md *md)
 {
     ucs_rcache_params_t p;
@@ -199,18 +213,36 @@ static ucs_rcache_params_t md_params(struct test_md *md)
     return p;
 }
 
-static struct test_md *md_open_with(ucs_rcache_params_t *p, struct test_md *md)
+/* What a test changes from md_params() and the md's defaults; a zero field keeps the
+ * default, so that each test names only the knob it is about. */
+struct md_opts {
+    unsigned long max_regions;
+    size_t max_size;
+    unsigned flags;                 /* UCS_RCACHE_FLAG_* */
+    struct test_md *lower;          /* stacked: mem_reg takes a region of this cache */
+    int check_prot;
+};
+
+static struct test_md *md_open_opts(struct md_opts o)
 {
-    ucs_status_t st = ucs_rcache_create(p, "sem", NULL, &md->rcache);
+    struct test_md *md = calloc(1, sizeof(*md));
+    ck_assert_ptr_nonnull(md);
+    ucs_rcache_params_t p = md_params(md);
+    if (o.max_regions)
+        p.max_regions = o.max_regions;
+    if (o.max_size)
+        p.max_size = o.max_size;
+    p.flags |= o.flags;
+    md->lower = o.lower;
+    md->check_prot = o.check_prot;
+    ucs_status_t st = ucs_rcache_create(&p, "sem", NULL, &md->rcache);
     ck_assert_msg(st == UCS_OK, "ucs_rcache_create: %s", ucs_status_string(st));
     return md;
 }
 
 static struct test_md *md_open(void)
 {
-    struct test_md *md = calloc(1, sizeof(*md));
-    ucs_rcache_params_t p = md_params(md);
-    return md_open_with(&p, md);
+    return md_open_opts((struct md_opts){0});
 }
 
 static void md_close(struct test_md *md)
@@ -242,19 +274,31 @@ static void put(struct test_md *md, struct test_region *r)
     ucs_rcache_region_put(md->rcache, &r->super);
 }
 
-/* npages of fresh RW memory with an unmapped guard page on each side */
-static char *map_pages(size_t npages)
+/* Registers the range and lets go of it at once, so that the region stays in the cache
+ * unused (evictable); returns its id, to ask later whether it was deregistered. */
+static int get_put(struct test_md *md, void *addr, size_t len, int prot)
 {
-    char *g = mmap(NULL, (npages + 2) * page(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(g, MAP_FAILED);
-    char *p = mmap(g + page(), npages * page(), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    ck_assert_ptr_eq(p, g + page());
-    memset(p, 0x11, npages * page());
-    return p;
+    struct test_region *r = get_ok(md, addr, len, prot);
+    int id = r->id;
+    put(md, r);
+    return id;
 }
 
-#define RW (PROT_READ | PROT_WRITE)
+/* A get of the range is a hit on the cached region `id` (not a new registration). */
+static void assert_hit(struct test_md *md, void *addr, size_t len, int prot, int id)
+{
+    struct test_region *r = get_ok(md, addr, len, prot);
+    ck_assert_int_eq(r->id, id);
+    put(md, r);
+}
+
+/* Some other get, so that UCX collects what it only queued for deregistration (it does that
+ * at its next operation, not at the put or the unmap). */
+static void nudge_cache(struct test_md *md)
+{
+    char *other = map_pages(1);
+    get_put(md, other, 64, RW);
+}
 
 /* ---- create ---------------------------------------------------------------------------- */
 START_TEST(create_rejects_bad_params)
@@ -341,8 +385,7 @@ START_TEST(merge_expands_prot)
     struct test_md *md = md_open();
     size_t pg = page();
     char *buf = map_pages(8);
-    struct test_region *r = get_ok(md, buf, 2 * pg, PROT_READ);
-    put(md, r);
+    get_put(md, buf, 2 * pg, PROT_READ);
     struct test_region *w = get_ok(md, buf + pg, 2 * pg, PROT_WRITE);
     ck_assert_int_eq(w->super.prot & RW, RW);
     ck_assert_msg(w->super.super.start <= (uintptr_t)buf, "the read region was merged in");
@@ -356,8 +399,7 @@ START_TEST(touching_ranges)
     struct test_md *md = md_open();
     size_t pg = page();
     char *buf = map_pages(8);
-    struct test_region *a = get_ok(md, buf, 2 * pg, RW);
-    put(md, a);
+    get_put(md, buf, 2 * pg, RW);
     struct test_region *b = get_ok(md, buf + 2 * pg, 2 * pg, RW);
     sem_check("touch-merge", b->super.super.start == (uintptr_t)buf + 2 * pg &&
                              atomic_load(&md->live) == 2,
@@ -371,46 +413,39 @@ END_TEST
  * with HIDE_ERRORS, fails, and the request is registered alone. */
 START_TEST(merge_with_unwritable)
 {
-    struct test_md *md = md_open();
+    struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t pg = page();
     char *buf = map_pages(8);
-    md->check_prot = 1;
-    struct test_region *a = get_ok(md, buf, 3 * pg, PROT_READ);
-    put(md, a);
+    get_put(md, buf, 3 * pg, PROT_READ);
     ck_assert_int_eq(mprotect(buf, pg, PROT_READ), 0);
     struct test_region *w = get_ok(md, buf + 2 * pg, 2 * pg, RW);
     ck_assert_msg(w->super.super.start >= (uintptr_t)buf + pg, "not merged over the read-only page");
     ck_assert_int_eq(atomic_load(&md->regs), 2);
     put(md, w);
     /* the read-only page can still be had for reading */
-    struct test_region *r = get_ok(md, buf, pg, PROT_READ);
-    put(md, r);
+    get_put(md, buf, pg, PROT_READ);
     md_close(md);
 }
 END_TEST
 
 START_TEST(merge_unwritable_cached_region)
 {
-    struct test_md *md = md_open();
+    struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t pg = page();
     char *buf = map_pages(8);
-    md->check_prot = 1;
-    struct test_region *a = get_ok(md, buf, 4 * pg, RW);
-    put(md, a);
+    get_put(md, buf, 4 * pg, RW);
     ck_assert_int_eq(mprotect(buf, 4 * pg, PROT_READ), 0);
     /* a read is still served (from the cache or a new registration) */
-    struct test_region *r = get_ok(md, buf + pg, pg, PROT_READ);
-    put(md, r);
+    get_put(md, buf + pg, pg, PROT_READ);
     md_close(md);
 }
 END_TEST
 
 START_TEST(invalid_prot_refused)
 {
-    struct test_md *md = md_open();
+    struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t pg = page();
     char *buf = map_pages(4);
-    md->check_prot = 1;
     ck_assert_int_eq(mprotect(buf, 4 * pg, PROT_READ), 0);
     ucs_rcache_region_t *r = NULL;
     ucs_status_t st = ucs_rcache_get(md->rcache, buf, 2 * pg, RW, NULL, &r);
@@ -430,8 +465,7 @@ START_TEST(register_failure)
     ck_assert_int_eq(ucs_rcache_get(md->rcache, buf, 100, RW, NULL, &r), UCS_ERR_IO_ERROR);
     ck_assert_int_eq(atomic_load(&md->live), 0);
     md->fail = 0;
-    struct test_region *ok = get_ok(md, buf, 100, RW);
-    put(md, ok);
+    get_put(md, buf, 100, RW);
     md_close(md);
 }
 END_TEST
@@ -442,9 +476,7 @@ START_TEST(unmap_invalidates)
     struct test_md *md = md_open();
     size_t pg = page();
     char *buf = map_pages(4);
-    struct test_region *a = get_ok(md, buf, 2 * pg, RW);
-    int id = a->id;
-    put(md, a);
+    int id = get_put(md, buf, 2 * pg, RW);
     ck_assert_int_eq(munmap(buf, 4 * pg), 0);
     char *again = mmap(buf, 4 * pg, RW, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     ck_assert_ptr_eq(again, buf);
@@ -468,9 +500,7 @@ START_TEST(release_in_use)
     ck_assert_int_eq(atomic_load(&md->deregistered[id]), 0);
     put(md, a);
     /* gone at the last put (UCX may wait for its next operation to collect it) */
-    char *other = map_pages(1);
-    struct test_region *b = get_ok(md, other, 64, RW);
-    put(md, b);
+    nudge_cache(md);
     ck_assert_int_eq(atomic_load(&md->deregistered[id]), 1);
     md_close(md);
 }
@@ -479,21 +509,12 @@ END_TEST
 /* ---- limits ---------------------------------------------------------------------------- */
 START_TEST(limit_by_count)
 {
-    struct test_md *md = calloc(1, sizeof(*md));
-    ucs_rcache_params_t p = md_params(md);
+    struct test_md *md = md_open_opts((struct md_opts){.max_regions = 2});
     size_t pg = page();
-    p.max_regions = 2;
-    md_open_with(&p, md);
     char *buf = map_pages(16);
-    struct test_region *r1 = get_ok(md, buf, pg, RW);
-    int id1 = r1->id;
-    put(md, r1);
-    struct test_region *r2 = get_ok(md, buf + 4 * pg, pg, RW);
-    int id2 = r2->id;
-    put(md, r2);
-    struct test_region *r3 = get_ok(md, buf + 8 * pg, pg, RW);
-    int id3 = r3->id;
-    put(md, r3);
+    int id1 = get_put(md, buf, pg, RW);
+    int id2 = get_put(md, buf + 4 * pg, pg, RW);
+    int id3 = get_put(md, buf + 8 * pg, pg, RW);
     /* exactly one evicted: the oldest */
     if (!sem_check("over-evict", atomic_load(&md->live) == 2 &&
                                  atomic_load(&md->deregistered[id1]) == 1,
@@ -501,29 +522,19 @@ START_TEST(limit_by_count)
         md_close(md);
         return;
     }
-    r3 = get_ok(md, buf + 8 * pg, pg, RW);
-    ck_assert_int_eq(r3->id, id3);
-    put(md, r3);
-    r2 = get_ok(md, buf + 4 * pg, pg, RW);
-    ck_assert_int_eq(r2->id, id2);
-    put(md, r2);
+    assert_hit(md, buf + 8 * pg, pg, RW, id3);
+    assert_hit(md, buf + 4 * pg, pg, RW, id2);
     md_close(md);
 }
 END_TEST
 
 START_TEST(limit_by_size)
 {
-    struct test_md *md = calloc(1, sizeof(*md));
-    ucs_rcache_params_t p = md_params(md);
     size_t pg = page();
-    p.max_size = 3 * pg;
-    md_open_with(&p, md);
+    struct test_md *md = md_open_opts((struct md_opts){.max_size = 3 * pg});
     char *buf = map_pages(16);
-    struct test_region *r1 = get_ok(md, buf, 2 * pg, RW);
-    int id1 = r1->id;
-    put(md, r1);
-    struct test_region *r2 = get_ok(md, buf + 8 * pg, 2 * pg, RW);
-    put(md, r2);
+    int id1 = get_put(md, buf, 2 * pg, RW);
+    get_put(md, buf + 8 * pg, 2 * pg, RW);
     sem_check("max-size", atomic_load(&md->deregistered[id1]) == 1 &&
                           atomic_load(&md->live) == 1,
               "a region past max_size evicts the unused one");
@@ -533,11 +544,8 @@ END_TEST
 
 START_TEST(limit_by_size_in_use)
 {
-    struct test_md *md = calloc(1, sizeof(*md));
-    ucs_rcache_params_t p = md_params(md);
     size_t pg = page();
-    p.max_size = 3 * pg;
-    md_open_with(&p, md);
+    struct test_md *md = md_open_opts((struct md_opts){.max_size = 3 * pg});
     char *buf = map_pages(16);
     struct test_region *r1 = get_ok(md, buf, 2 * pg, RW);
     struct test_region *r2 = get_ok(md, buf + 8 * pg, 2 * pg, RW);
@@ -597,17 +605,14 @@ START_TEST(invalidate_leaves_other_caches)
 {
     struct test_md *one = md_open(), *two = md_open();
     char *buf = map_pages(4);
-    struct test_region *r1 = get_ok(one, buf, 4096, RW), *r2 = get_ok(two, buf, 4096, RW);
-    int id2 = r2->id;
-    put(two, r2);
+    struct test_region *r1 = get_ok(one, buf, 4096, RW);
+    int id2 = get_put(two, buf, 4096, RW);
     struct completion c = {.md = one, .id = r1->id};
     ucs_rcache_region_invalidate(one->rcache, &r1->super, on_invalidated, &c);
     put(one, r1);
     ck_assert_int_eq(atomic_load(&c.calls), 1);
-    struct test_region *again = get_ok(two, buf, 4096, RW);
-    ck_assert_int_eq(again->id, id2);
+    assert_hit(two, buf, 4096, RW, id2);
     ck_assert_int_eq(atomic_load(&two->regs), 1);
-    put(two, again);
     md_close(one);
     md_close(two);
 }
@@ -647,10 +652,9 @@ static void *worker_main(void *arg)
 
 START_TEST(threads_share_regions)
 {
-    struct test_md *md = md_open();
+    struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t len = 64 * page();
     char *buf = map_pages(64);
-    md->check_prot = 1;
     struct worker w[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
@@ -696,15 +700,10 @@ END_TEST
 /* ---- fork ------------------------------------------------------------------------------ */
 START_TEST(purge_on_fork)
 {
-    struct test_md *md = calloc(1, sizeof(*md));
-    ucs_rcache_params_t p = md_params(md);
-    p.flags = UCS_RCACHE_FLAG_PURGE_ON_FORK;
-    md_open_with(&p, md);
+    struct test_md *md = md_open_opts((struct md_opts){.flags = UCS_RCACHE_FLAG_PURGE_ON_FORK});
     size_t pg = page();
     char *buf = map_pages(8);
-    struct test_region *unused = get_ok(md, buf, pg, RW);
-    int unused_id = unused->id;
-    put(md, unused);
+    int unused_id = get_put(md, buf, pg, RW);
     struct test_region *held = get_ok(md, buf + 4 * pg, pg, RW);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -723,8 +722,7 @@ START_TEST(purge_on_fork)
     /* before fork the unused region was deregistered, the held one kept */
     ck_assert_int_eq(atomic_load(&md->deregistered[unused_id]), 1);
     ck_assert_uint_eq(held->magic, REGION_MAGIC);
-    struct test_region *again = get_ok(md, buf + 4 * pg, pg, RW);
-    put(md, again);
+    get_put(md, buf + 4 * pg, pg, RW);
     put(md, held);
     md_close(md);
 }
@@ -734,10 +732,7 @@ END_TEST
 START_TEST(stacked_caches)
 {
     struct test_md *lower = md_open();
-    struct test_md *upper = calloc(1, sizeof(*upper));
-    ucs_rcache_params_t p = md_params(upper);
-    upper->lower = lower;
-    md_open_with(&p, upper);
+    struct test_md *upper = md_open_opts((struct md_opts){.lower = lower});
     size_t pg = page();
     char *buf = map_pages(8);
 
@@ -756,16 +751,10 @@ START_TEST(stacked_caches)
 
     /* unmap: both levels go (the lower one once the upper one lets go of it) */
     ck_assert_int_eq(munmap(buf, 8 * pg), 0);
-    char *other = map_pages(1);
-    struct test_region *o = get_ok(upper, other, 64, RW);
-    put(upper, o);
+    nudge_cache(upper);
     ck_assert_int_eq(atomic_load(&upper->deregistered[uid]), 1);
-    ucs_rcache_destroy(upper->rcache);
-    ucs_rcache_destroy(lower->rcache);
-    ck_assert_int_eq(atomic_load(&upper->live), 0);
-    ck_assert_int_eq(atomic_load(&lower->live), 0);
-    free(upper);
-    free(lower);
+    md_close(upper);        /* the upper cache first: its deregs put lower regions */
+    md_close(lower);
 }
 END_TEST
 
@@ -803,16 +792,11 @@ END_TEST
 static void destroy_while_held_body(void)
 {
     struct test_md *lower = md_open();
-    struct test_md *upper = calloc(1, sizeof(*upper));
-    ucs_rcache_params_t p = md_params(upper);
-    upper->lower = lower;
-    md_open_with(&p, upper);
+    struct test_md *upper = md_open_opts((struct md_opts){.lower = lower});
     size_t pg = page();
     char *buf = map_pages(4);
     struct test_region *u = get_ok(upper, buf, pg, RW);
-    struct test_region *cached = get_ok(upper, buf + 2 * pg, pg, RW);
-    int cached_id = cached->id;
-    put(upper, cached);
+    int cached_id = get_put(upper, buf + 2 * pg, pg, RW);
     ck_assert_int_eq(munmap(buf, 4 * pg), 0);
     (void)u;                                /* still held: the caller's bug, reported */
     ucs_rcache_destroy(upper->rcache);
