@@ -300,6 +300,26 @@ static void nudge_cache(struct test_md *md)
     get_put(md, other, 64, RW);
 }
 
+/* A get the md refuses fails with its status and leaves nothing registered behind. */
+static void assert_get_fails(struct test_md *md, void *addr, size_t len, int prot)
+{
+    ucs_rcache_region_t *r = NULL;
+    ck_assert_int_eq(ucs_rcache_get(md->rcache, addr, len, prot, NULL, &r), UCS_ERR_IO_ERROR);
+    ck_assert_int_eq(atomic_load(&md->live), 0);
+}
+
+/* Fresh memory of which the first `cached` pages are registered with `prot` and left in the
+ * cache, and then the first `readonly` pages lose their write permission: the region (or the
+ * merge a later get attempts) claims more than the mapping now allows. */
+static char *cached_then_readonly(struct test_md *md, size_t npages, size_t cached, int prot,
+                                  size_t readonly)
+{
+    char *buf = map_pages(npages);
+    get_put(md, buf, cached * page(), prot);
+    ck_assert_int_eq(mprotect(buf, readonly * page(), PROT_READ), 0);
+    return buf;
+}
+
 /* ---- create ---------------------------------------------------------------------------- */
 START_TEST(create_rejects_bad_params)
 {
@@ -415,9 +435,7 @@ START_TEST(merge_with_unwritable)
 {
     struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t pg = page();
-    char *buf = map_pages(8);
-    get_put(md, buf, 3 * pg, PROT_READ);
-    ck_assert_int_eq(mprotect(buf, pg, PROT_READ), 0);
+    char *buf = cached_then_readonly(md, 8, 3, PROT_READ, 1);
     struct test_region *w = get_ok(md, buf + 2 * pg, 2 * pg, RW);
     ck_assert_msg(w->super.super.start >= (uintptr_t)buf + pg, "not merged over the read-only page");
     ck_assert_int_eq(atomic_load(&md->regs), 2);
@@ -432,9 +450,7 @@ START_TEST(merge_unwritable_cached_region)
 {
     struct test_md *md = md_open_opts((struct md_opts){.check_prot = 1});
     size_t pg = page();
-    char *buf = map_pages(8);
-    get_put(md, buf, 4 * pg, RW);
-    ck_assert_int_eq(mprotect(buf, 4 * pg, PROT_READ), 0);
+    char *buf = cached_then_readonly(md, 8, 4, RW, 4);
     /* a read is still served (from the cache or a new registration) */
     get_put(md, buf + pg, pg, PROT_READ);
     md_close(md);
@@ -447,10 +463,7 @@ START_TEST(invalid_prot_refused)
     size_t pg = page();
     char *buf = map_pages(4);
     ck_assert_int_eq(mprotect(buf, 4 * pg, PROT_READ), 0);
-    ucs_rcache_region_t *r = NULL;
-    ucs_status_t st = ucs_rcache_get(md->rcache, buf, 2 * pg, RW, NULL, &r);
-    ck_assert_int_eq(st, UCS_ERR_IO_ERROR);
-    ck_assert_int_eq(atomic_load(&md->live), 0);
+    assert_get_fails(md, buf, 2 * pg, RW);
     md_close(md);
 }
 END_TEST
@@ -460,10 +473,8 @@ START_TEST(register_failure)
     struct test_md *md = md_open();
     char *buf = map_pages(4);
     md->fail = 1;
-    ucs_rcache_region_t *r = NULL;
-    ck_assert_int_eq(ucs_rcache_get(md->rcache, buf, 100, RW, NULL, &r), UCS_ERR_IO_ERROR);
-    ck_assert_int_eq(ucs_rcache_get(md->rcache, buf, 100, RW, NULL, &r), UCS_ERR_IO_ERROR);
-    ck_assert_int_eq(atomic_load(&md->live), 0);
+    assert_get_fails(md, buf, 100, RW);
+    assert_get_fails(md, buf, 100, RW);
     md->fail = 0;
     get_put(md, buf, 100, RW);
     md_close(md);
