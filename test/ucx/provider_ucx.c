@@ -17,6 +17,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "provider_ucx.h"
+#include "ucx_rcache_params.h"
 
 struct ucx_region {
     ucs_rcache_region_t super;
@@ -112,20 +113,9 @@ static int ucx_setup(void **ctx, struct io_uring *ring, const char *variant, cha
         return ret == -EINVAL || ret == -ENOSYS ? -ENOTSUP : ret;
     }
 
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    ucs_rcache_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(struct ucx_region);
-    p.alignment = page;
-    p.max_alignment = page;
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &ucx_ops;
-    p.context = c;
-    p.flags = 0;
+    ucs_rcache_params_t p = ucx_test_rcache_params(sizeof(struct ucx_region),
+                                                   (size_t)sysconf(_SC_PAGESIZE), &ucx_ops, c);
     p.max_regions = 1000;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
     ucs_status_t st = ucs_rcache_create(&p, "scenario", NULL, &c->rcache);
     if (st != UCS_OK) {
         snprintf(why, whylen, "ucs_rcache_create: %s", ucs_status_string(st));

@@ -30,6 +30,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "ompi_testenv.h"
+#include "ucx_rcache_params.h"
 #include "vmtrack.h"
 #include "vmtrack/iouring.h"
 #include "vmtrack_ucx.h"
@@ -93,19 +94,11 @@ static const ucs_rcache_ops_t ucx_ops = {.mem_reg = ucx_reg, .mem_dereg = ucx_de
 
 static ucs_rcache_t *ucx_open(void)
 {
-    ucs_rcache_params_t p;
+    /* + 64: the md's memh */
+    ucs_rcache_params_t p =
+        ucx_test_rcache_params(sizeof(ucs_rcache_region_t) + 64, 16, &ucx_ops, NULL);
     ucs_rcache_t *rc = NULL;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(ucs_rcache_region_t) + 64;     /* + the md's memh */
-    p.alignment = 16;
-    p.max_alignment = (size_t)sysconf(_SC_PAGESIZE);
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &ucx_ops;
     p.flags = UCS_RCACHE_FLAG_PURGE_ON_FORK;
-    p.max_regions = ULONG_MAX;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
     ck_assert_int_eq(ucs_rcache_create(&p, "onecache-ib", NULL, &rc), UCS_OK);
     struct vmt_ucx_stats st = {.sz = sizeof(st)};
     ck_assert_int_eq(vmt_ucx_stats_get(&st), 0);

@@ -31,6 +31,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "../lib/check_run.h"
+#include "ucx_rcache_params.h"
 #include "vmtrack_ucx.h"
 
 #ifndef VMT_UCX_MODULE_PATH
@@ -198,19 +199,8 @@ static char *map_pages(size_t npages)
 
 static ucs_rcache_params_t md_params(struct test_md *md)
 {
-    ucs_rcache_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(struct test_region);
-    p.alignment = 16;                       /* what UCX's ib md asks for */
-    p.max_alignment = page();
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &md_ops;
-    p.context = md;
-    p.max_regions = ULONG_MAX;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
-    return p;
+    /* alignment 16: what UCX's ib md asks for */
+    return ucx_test_rcache_params(sizeof(struct test_region), 16, &md_ops, md);
 }
 
 /* What a test changes from md_params() and the md's defaults; a zero field keeps the

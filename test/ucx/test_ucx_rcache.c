@@ -31,6 +31,7 @@
 #include <ucs/memory/rcache.h>
 
 #include "provider_ucx.h"
+#include "ucx_rcache_params.h"
 #include "../lib/vmt_test.h"
 
 #ifndef VMT_UCX_MODULE_PATH
@@ -187,18 +188,9 @@ static const ucs_rcache_ops_t null_ops = {.mem_reg = null_reg, .mem_dereg = null
  * refused it. */
 static ucs_rcache_t *null_rcache(const char *name, size_t alignment)
 {
-    ucs_rcache_params_t p;
+    ucs_rcache_params_t p =
+        ucx_test_rcache_params(sizeof(ucs_rcache_region_t), alignment, &null_ops, NULL);
     ucs_rcache_t *rc;
-    memset(&p, 0, sizeof(p));
-    p.region_struct_size = sizeof(ucs_rcache_region_t);
-    p.alignment = alignment;
-    p.max_alignment = page;
-    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    p.ucm_event_priority = 1000;
-    p.ops = &null_ops;
-    p.max_regions = ULONG_MAX;
-    p.max_size = SIZE_MAX;
-    p.max_unreleased = SIZE_MAX;
     return ucs_rcache_create(&p, name, NULL, &rc) == UCS_OK ? rc : NULL;
 }
 

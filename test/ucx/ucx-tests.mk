@@ -4,7 +4,7 @@ if HAVE_UCX
 check_PROGRAMS += test/ucx/test_ucx_rcache
 TESTS += test/ucx/test_ucx_rcache
 test_ucx_test_ucx_rcache_SOURCES = test/ucx/test_ucx_rcache.c test/ucx/provider_ucx.c \
-	test/ucx/provider_ucx.h
+	test/ucx/provider_ucx.h test/ucx/ucx_rcache_params.h
 test_ucx_test_ucx_rcache_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools $(CHECK_CFLAGS) \
 	$(URING_CFLAGS) $(UCX_CFLAGS) \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
@@ -39,7 +39,8 @@ endif
 if HAVE_UCX
 check_PROGRAMS += test/ucx/test_ucs_rcache_semantics
 TESTS += test/ucx/test_ucs_rcache_semantics
-test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c
+test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c \
+	test/ucx/ucx_rcache_params.h
 test_ucx_test_ucs_rcache_semantics_CPPFLAGS = $(AM_CPPFLAGS) $(CHECK_CFLAGS) $(UCX_CFLAGS) \
 	-I$(top_srcdir)/ucx-memtype \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
@@ -53,7 +54,7 @@ if HAVE_UCX
 if HAVE_OMPI
 check_PROGRAMS += test/ucx/test_one_cache
 TESTS += test/ucx/test_one_cache
-test_ucx_test_one_cache_SOURCES = test/ucx/test_one_cache.c \
+test_ucx_test_one_cache_SOURCES = test/ucx/test_one_cache.c test/ucx/ucx_rcache_params.h \
 	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
 test_ucx_test_one_cache_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi \
 	-I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
