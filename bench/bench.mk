@@ -7,11 +7,12 @@
 if HAVE_UCX
 pkglibexec_PROGRAMS = vmtrack-ucx-bench
 vmtrack_ucx_bench_SOURCES = bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c \
-	bench/miss_workloads.c bench/miss_workloads.h tools/commands.h
+	bench/bench_ucx_rcache.h bench/miss_workloads.c bench/miss_workloads.h tools/commands.h
 vmtrack_ucx_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools -I$(top_srcdir)/bench $(UCX_CFLAGS)
 vmtrack_ucx_bench_LDADD = $(UCX_LIBS) -lpthread
 else
-EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c
+EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c \
+	bench/bench_ucx_rcache.h
 endif
 
 # What each user-space tracker adds to munmap: ./bench/bench_trackers

@@ -31,6 +31,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
 #include <unistd.h>
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
+#include "bench_ucx_rcache.h"
 
 /* Indices are drawn from a per-thread table of random region numbers, cycled, so that the
  * random-number generator is not part of what is timed. */
@@ -130,7 +131,6 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
 {
     struct bench_ucx_thread *th = NULL;
     struct bench_ucx_run run;
-    ucs_rcache_params_t params;
     ucs_status_t status;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t span, i, j;
@@ -168,19 +168,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
     /* No UCX libc hooks (see the top of this file); the rcache still subscribes. */
     ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
 
-    memset(&params, 0, sizeof(params));
-    params.region_struct_size = sizeof(ucs_rcache_region_t);
-    params.alignment          = page;
-    params.max_alignment      = page;
-    params.ucm_events         = UCM_EVENT_VM_UNMAPPED;
-    params.ucm_event_priority = 1000;
-    params.ops                = &bench_ucx_ops;
-    params.context            = NULL;
-    params.flags              = UCS_RCACHE_FLAG_NO_PFN_CHECK;
-    params.max_regions        = ULONG_MAX;
-    params.max_size           = SIZE_MAX;
-    params.max_unreleased     = SIZE_MAX;
-    status = ucs_rcache_create(&params, "vmtrack-bench", NULL, &run.rcache);
+    status = bench_ucx_rcache_create(&bench_ucx_ops, ULONG_MAX, "vmtrack-bench", &run.rcache);
     if (status != UCS_OK) {
         fprintf(stderr, "vmtrack bench --compare-ucx: ucs_rcache_create: %s\n",
                 ucs_status_string(status));

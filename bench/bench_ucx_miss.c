@@ -22,6 +22,7 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
 #include <sys/mman.h>
 #include <unistd.h>
 #include <ucm/api/ucm.h>
+#include "bench_ucx_rcache.h"
 #include <ucs/memory/rcache.h>
 
 static ucs_status_t null_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
@@ -64,22 +65,9 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
     }
     struct miss_result res;
 
-    ucs_rcache_params_t params;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    memset(&params, 0, sizeof(params));
-    params.region_struct_size = sizeof(ucs_rcache_region_t);
-    params.alignment          = page;
-    params.max_alignment      = page;
-    params.ucm_events         = UCM_EVENT_VM_UNMAPPED;
-    params.ucm_event_priority = 1000;
-    params.ops                = &null_ops;
-    params.context            = NULL;
-    params.flags              = UCS_RCACHE_FLAG_NO_PFN_CHECK;
-    params.max_regions        = MISS_CACHE_LIMIT;
-    params.max_size           = SIZE_MAX;
-    params.max_unreleased     = SIZE_MAX;
     ucs_rcache_t *rcache;
-    ucs_status_t status = ucs_rcache_create(&params, "vmtrack-bench-miss", NULL, &rcache);
+    ucs_status_t status =
+        bench_ucx_rcache_create(&null_ops, MISS_CACHE_LIMIT, "vmtrack-bench-miss", &rcache);
     if (status != UCS_OK) {
         fprintf(stderr, "vmtrack-ucx-bench: ucs_rcache_create: %s\n", ucs_status_string(status));
         return -EIO;
