@@ -208,24 +208,29 @@ static void mon_stop(struct fid_mem_monitor *f)
     COUNT(m, stops);
 }
 
-/* Under mm_lock, after the provider registered. Nonzero: libfabric uses the MR uncached. */
-static int mon_subscribe(struct fid_mem_monitor *f, const void *addr, size_t len)
+static int subscribe_range(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
 {
-    struct vmt_ofi_mon *m = mon_of(f);
     struct vmt_reg *w;
     COUNT(m, subscribes);
     if (!atomic_load_explicit(&m->running, memory_order_acquire) || !len) {
         COUNT(m, subscribes_refused);
         return -FI_EAGAIN;
     }
-    int ret = vmt_get(m->wdev, addr, len, VMT_ACCESS_READ, &w);
+    int ret = vmt_get(m->wdev, (void *)addr, len, VMT_ACCESS_READ, &w);
     if (ret < 0) {
         COUNT(m, subscribes_refused);
         return ret;   /* -EFAULT (unmapped), -ENOTSUP (untrackable), -ENOSPC: not cached */
     }
+    if (!vmt_ofi_arms_ready(&m->arms, addr, len, w)) {
+        /* The watch may be younger than the pages the provider pinned (arms.h). */
+        vmt_ofi_arms_set(&m->arms, addr, len, w);
+        COUNT(m, subscribes_unarmed);
+        COUNT(m, subscribes_refused);
+        return -FI_EAGAIN;
+    }
     uintptr_t vaddr = 0;
     size_t vlen = 0;
-    switch (vmt_ofi_ranges_add(&m->ranges, (uintptr_t)addr, len, w, &vaddr, &vlen)) {
+    switch (vmt_ofi_ranges_add(&m->ranges, addr, len, w, &vaddr, &vlen)) {
     case VMT_OFI_ADDED:
         return 0;
     case VMT_OFI_SHARED:
@@ -233,7 +238,7 @@ static int mon_subscribe(struct fid_mem_monitor *f, const void *addr, size_t len
         return 0;
     case VMT_OFI_DEAD:
         vmt_put(w);
-        vmt_ofi_queue_push(&m->queue, (uintptr_t)addr, len);
+        vmt_ofi_queue_push(&m->queue, addr, len);
         COUNT(m, subscribes_refused);
         return -FI_EAGAIN;
     case VMT_OFI_FULL:
@@ -243,6 +248,14 @@ static int mon_subscribe(struct fid_mem_monitor *f, const void *addr, size_t len
         COUNT(m, subscribes_refused);
         return -FI_ENOSPC;
     }
+}
+
+/* Under mm_lock, after the provider registered. Nonzero: libfabric uses the MR uncached. */
+static int mon_subscribe(struct fid_mem_monitor *f, const void *addr, size_t len)
+{
+    int ret = subscribe_range(mon_of(f), (uintptr_t)addr, len);
+    vmt_ofi_arms_call_ends();
+    return ret;
 }
 
 static void mon_unsubscribe(struct fid_mem_monitor *f, const void *addr, size_t len)
@@ -256,29 +269,39 @@ static void mon_unsubscribe(struct fid_mem_monitor *f, const void *addr, size_t 
 /* Under mm_lock, on every hit, with the cached entry's range. True only if the range is
  * still under the watch it was subscribed under and vmtrack saw no change of it: a lookup
  * without a lock, and vmtrack's hit path (with kmod: one load of the watch's word). */
-static bool mon_valid(struct fid_mem_monitor *f, const void *addr, size_t len)
+static bool range_valid(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
 {
-    struct vmt_ofi_mon *m = mon_of(f);
-    struct vmt_reg *watch, *now;
+    struct vmt_reg *watch, *now = NULL;
     uint64_t token;
     COUNT(m, valids);
-    if (!atomic_load_explicit(&m->running, memory_order_acquire) ||
-        !vmt_ofi_ranges_find(&m->ranges, (uintptr_t)addr, len, &watch, &token)) {
-        COUNT(m, valids_false);
-        return false;
-    }
-    bool ok = false;
-    if (vmt_get(m->wdev, addr, len, VMT_ACCESS_READ, &now) == 0) {
-        ok = now == watch;
+    if (!atomic_load_explicit(&m->running, memory_order_acquire))
+        goto refused;
+    bool found = vmt_ofi_ranges_find(&m->ranges, addr, len, &watch, &token);
+    if (vmt_get(m->wdev, (void *)addr, len, VMT_ACCESS_READ, &now) < 0)
+        now = NULL;
+    if (found && now == watch && now && vmt_ofi_ranges_unchanged(&m->ranges, token)) {
         vmt_put(now);
-    }
-    if (ok && vmt_ofi_ranges_unchanged(&m->ranges, token))
         return true;
-    /* Other domains may cache the same range under the same old watch: notify it. */
-    vmt_ofi_ranges_kill(&m->ranges, token);
-    vmt_ofi_queue_push(&m->queue, (uintptr_t)addr, len);
+    }
+    if (found) {
+        /* Other domains may cache the same range under the same old watch: notify it. */
+        vmt_ofi_ranges_kill(&m->ranges, token);
+        vmt_ofi_queue_push(&m->queue, addr, len);
+    }
+    /* libfabric registers the range again next, in this thread: the watch it will be
+     * subscribed under is the one in place now, before that registration (arms.h). */
+    if (now)
+        vmt_ofi_arms_set(&m->arms, addr, len, now);
+refused:
     COUNT(m, valids_false);
     return false;
+}
+
+static bool mon_valid(struct fid_mem_monitor *f, const void *addr, size_t len)
+{
+    bool ok = range_valid(mon_of(f), (uintptr_t)addr, len);
+    vmt_ofi_arms_call_ends();
+    return ok;
 }
 
 static int mon_close(struct fid *fid)
@@ -311,6 +334,11 @@ int vmt_ofi_mon_init(struct vmt_ofi_mon *m, size_t max_ranges)
     int ret = vmt_ofi_ranges_init(&m->ranges, max_ranges);
     if (ret < 0)
         return ret;
+    ret = vmt_ofi_arms_init(&m->arms, max_ranges);
+    if (ret < 0) {
+        vmt_ofi_ranges_fini(&m->ranges);
+        return ret;
+    }
     vmt_ofi_queue_init(&m->queue);
     pthread_mutex_init(&m->open_lock, NULL);
     pthread_mutex_init(&m->notify_lock, NULL);
@@ -336,6 +364,7 @@ void vmt_ofi_mon_fini(struct vmt_ofi_mon *m)
         atomic_store(&m->thread_up, 0);
     }
     vmt_ofi_ranges_fini(&m->ranges);
+    vmt_ofi_arms_fini(&m->arms);
     if (m->fed_from)
         vmt_unsubscribe(m->fed_from, on_shared_event, m);
     if (m->wcache) {

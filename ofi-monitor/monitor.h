@@ -4,7 +4,8 @@
  * can drive the contract with a notify of their own. The callbacks, and what each may do:
  *   start      first MR cache attached: open the watch cache, run the notifier thread
  *   stop       last MR cache detached: no notify after this returns
- *   subscribe  under libfabric's mm_lock, after the provider registered: watch the range
+ *   subscribe  under libfabric's mm_lock, after the provider registered: cache only under a
+ *              watch armed before the registration began (arms.h), else arm one and refuse
  *   unsubscribe (libfabric >= 2.1; never in 1.17) one reference less
  *   valid      under mm_lock, on every hit: lock-free, answers from vmtrack's watch
  *   notify     (libfabric's) only from the notifier thread, between start and stop */
@@ -18,6 +19,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_ext.h>
 
+#include "arms.h"
 #include "queue.h"
 #include "ranges.h"
 #include "vmtrack_ofi.h"
@@ -40,6 +42,7 @@ struct vmt_ofi_mon {
     char why[256];                     /* why start failed, for a human */
 
     struct vmt_ofi_ranges ranges;
+    struct vmt_ofi_arms arms;          /* watches known before a registration (arms.h) */
     struct vmt_ofi_queue queue;
 
     /* The notifier. notify_lock is held around "started? then notify" and by start/stop, so

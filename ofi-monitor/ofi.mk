@@ -4,7 +4,8 @@
 if HAVE_OFI
 noinst_LTLIBRARIES += libvmtrack-ofi-core.la
 libvmtrack_ofi_core_la_SOURCES = ofi-monitor/monitor.c ofi-monitor/monitor.h \
-	ofi-monitor/ranges.c ofi-monitor/ranges.h ofi-monitor/queue.c ofi-monitor/queue.h \
+	ofi-monitor/ranges.c ofi-monitor/ranges.h ofi-monitor/arms.c ofi-monitor/arms.h \
+	ofi-monitor/queue.c ofi-monitor/queue.h \
 	ofi-monitor/vmtrack_ofi.h
 libvmtrack_ofi_core_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ofi-monitor $(OFI_CFLAGS)
 libvmtrack_ofi_core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden

@@ -29,7 +29,9 @@ static void *fresh(void)
 int ofi_bench_run(struct ofi_rig *r, unsigned iters)
 {
     void *buf = fresh();
-    int ret = rig_reg(r, buf, LEN);
+    int ret = rig_reg(r, buf, LEN);   /* two misses with vmtrack's monitor (arms.h) */
+    if (!ret)
+        ret = rig_reg(r, buf, LEN);
     if (ret) {
         printf("RESULT bench error fi_mr_reg: %d\n", ret);
         return 1;
@@ -43,7 +45,8 @@ int ofi_bench_run(struct ofi_rig *r, unsigned iters)
     double cached = 0, plain = 0;
     for (unsigned i = 0; i < n; i++) {
         void *p = fresh();
-        rig_reg(r, p, LEN);   /* a miss: now cached */
+        rig_reg(r, p, LEN);   /* a miss; vmtrack's monitor arms the range, caches at the next */
+        rig_reg(r, p, LEN);   /* cached now, whichever the monitor */
         t0 = now_ns();
         munmap(p, LEN);
         cached += now_ns() - t0;

@@ -7,10 +7,11 @@
  *          bytes means a registration cached during the race outlived its pages.
  *
  * Two races. "fenced": a slot is never remapped while an fi_mr_reg of that slot runs (a lock
- * per slot), so every remap meets an entry that is cached or not there at all: that is what a
- * monitor is told about and what the suite asserts. "open": no lock, so a remap may also fall
- * between the provider's ibv_reg_mr and libfabric's subscribe, a window libfabric 1.17 leaves
- * to every monitor (doc/ofi.md): reported for each monitor, asserted for none. */
+ * per slot), so every remap meets an entry that is cached or not there at all: what any
+ * monitor is told about, asserted for every monitor that claims the change. "open": no lock,
+ * so a remap may also fall between the provider's ibv_reg_mr and libfabric's subscribe, a
+ * window libfabric 1.17 leaves to every monitor and vmtrack's closes (arms.h, doc/ofi.md):
+ * asserted for vmtrack's monitor, shown for libfabric's own. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* The monitor's contract, driven the way libfabric 1.17 drives it (util_mem_monitor.c,
  * util_mr_cache.c), with a notify of our own in place of libfabric's: start/stop, subscribe
  * reference counts, bounded growth, valid() after a change, events outside start..stop
- * dropped, and notify only from the monitor's own thread, never while the calling thread holds
+ * dropped, registrations cached only under a watch armed before they began, and notify only from the monitor's own thread, never while the calling thread holds
  * the (stand-in) mm_lock. Runs on the host: no provider needed. The tracker is "hooks"
  * (VMT_OFI_TEST_TRACKER to choose another). */
 #define _GNU_SOURCE
@@ -147,13 +147,24 @@ static void replace_pages(void *p, size_t len)
     memset(p, 2, len);
 }
 
-/* A started monitor with one range of LEN bytes subscribed (as a domain's first miss does). */
+/* A range's first registration is not cached: its subscribe arms the watch it found and
+ * refuses (arms.h); the next registration of the range by the same thread is cached. */
+static void arm_then_subscribe(void *p, size_t len)
+{
+    uint64_t unarmed = stats().subscribes_unarmed;
+    ck_assert_int_ne(subscribe(p, len), 0);
+    ck_assert_uint_eq(stats().subscribes_unarmed, unarmed + 1);
+    ck_assert_int_eq(subscribe(p, len), 0);
+    ck_assert_uint_eq(stats().subscribes_unarmed, unarmed + 1);
+}
+
+/* A started monitor with one range of LEN bytes cached (a domain's first two misses). */
 static void *started_with_range(void)
 {
     setup_mon(0);
     start_mon();
     void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    arm_then_subscribe(p, LEN);
     return p;
 }
 
@@ -189,7 +200,8 @@ START_TEST(hit_then_change_then_miss)
     ck_assert(wait_notifies(1));
     ck_assert_uint_le(seen.last_addr, (uintptr_t)p);
     ck_assert_uint_ge(seen.last_addr + seen.last_len, (uintptr_t)p + LEN);
-    /* After the notify the range is cacheable again, under a new watch. */
+    /* After the notify the range is cacheable again, under the new watch the false valid()
+     * armed before libfabric registered the range again: no second refusal. */
     wait_ranges_empty();
     ck_assert_int_eq(subscribe(p, LEN), 0);
     ck_assert_int_eq(valid(p, LEN), 1);
@@ -221,7 +233,7 @@ START_TEST(two_domains_share_a_range)
     setup_mon(0);
     start_mon();
     void *p = map_buf(LEN);
-    ck_assert_int_eq(subscribe(p, LEN), 0);   /* domain 1 */
+    arm_then_subscribe(p, LEN);               /* domain 1 */
     ck_assert_int_eq(subscribe(p, LEN), 0);   /* domain 2, same range */
     ck_assert_uint_eq(stats().ranges, 1);
     /* unsubscribe (libfabric >= 2.1): one reference less keeps the range; the last drops it
@@ -263,13 +275,16 @@ START_TEST(growth_is_bounded)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     char *p = map_buf((size_t)N * page);
     int cached = 0;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_ne(subscribe(p + (size_t)i * page, page), 0);   /* arms */
         cached += subscribe(p + (size_t)i * page, page) == 0;
+    }
     struct vmt_ofi_stats s = stats();
     ck_assert_uint_le(s.ranges, MAX);
     ck_assert_uint_gt(s.evictions, 0);
     ck_assert_int_gt(cached, MAX / 2);
-    ck_assert_uint_eq(s.subscribes_refused, (uint64_t)(N - cached));
+    ck_assert_uint_eq(s.subscribes_unarmed, N);
+    ck_assert_uint_eq(s.subscribes_refused, (uint64_t)(N + N - cached));
     /* Evicted ranges are notified (so libfabric drops their entries) and answer false. */
     ck_assert(wait_notifies((int)s.evictions));
     ck_assert_int_eq(valid(p, page), 0);
@@ -291,10 +306,10 @@ START_TEST(no_notify_after_stop_events_dropped)
     ck_assert_int_eq(valid(p, LEN), 0);
     ck_assert_int_ne(subscribe(p, LEN), 0);
     ck_assert_int_eq(seen.after_stop, 0);
-    /* A second session works like the first. */
+    /* A second session works like the first (the pages changed meanwhile: armed again). */
     atomic_store(&stop_returned, 0);
     start_mon();
-    ck_assert_int_eq(subscribe(p, LEN), 0);
+    arm_then_subscribe(p, LEN);
     ck_assert_int_eq(valid(p, LEN), 1);
     ck_assert_uint_eq(stats().starts, 2);
 }
@@ -302,7 +317,8 @@ END_TEST
 
 /* Unmaps in one thread while another subscribes and validates the same ranges under mm_lock:
  * every notify from the monitor's thread, none under mm_lock, no deadlock (the test's timeout
- * would say), and a range valid() accepts was not changed since its subscribe. */
+ * would say), a range subscribe accepts was not replaced since its (stand-in) pin, and a range
+ * valid() accepts was not changed since its subscribe. */
 struct race { char *buf; size_t page; int n; _Atomic int stop; _Atomic unsigned long gen[64]; };
 
 static void *unmapper(void *arg)
@@ -329,11 +345,25 @@ START_TEST(unmaps_racing_subscribe_and_valid)
     r.buf = map_buf((size_t)r.n * r.page);
     pthread_t t;
     pthread_create(&t, NULL, unmapper, &r);
-    unsigned long wrong = 0, hits = 0;
+    unsigned long wrong = 0, stale_pins = 0, hits = 0;
     for (int i = 0; i < 20000; i++) {
         int k = i % r.n;
         char *p = r.buf + (size_t)k * r.page;
-        if (subscribe(p, r.page) != 0)
+        int cached = 0;
+        for (int attempt = 0; attempt < 2 && !cached; attempt++) {
+            /* The provider pins p here, after this thread's previous monitor call ended. */
+            unsigned long pinned = atomic_load(&r.gen[k]);
+            if (i & 2)
+                usleep(20);   /* room for a replacement between the pin and subscribe */
+            unsigned long at_subscribe = atomic_load(&r.gen[k]);
+            if (subscribe(p, r.page) != 0)
+                continue;
+            cached = 1;
+            /* A whole replacement between the pin and subscribe: subscribe had to refuse. */
+            if (!(pinned & 1) && at_subscribe >= pinned + 2)
+                stale_pins++;
+        }
+        if (!cached)
             continue;
         unsigned long after_sub = atomic_load(&r.gen[k]);
         if (i & 1)
@@ -349,10 +379,57 @@ START_TEST(unmaps_racing_subscribe_and_valid)
     }
     atomic_store(&r.stop, 1);
     pthread_join(t, NULL);
+    ck_assert_uint_eq(stale_pins, 0);
     ck_assert_uint_eq(wrong, 0);
     ck_assert_uint_gt(hits, 0);
     ck_assert_int_eq(seen.wrong_thread, 0);
     ck_assert_int_eq(seen.under_mm_lock, 0);
+}
+END_TEST
+
+/* libfabric 1.17 pins the pages (add_region) before it subscribes. Pages replaced in between
+ * must not be cached: the watch subscribe finds then is younger than the pinned pages. */
+START_TEST(pages_replaced_during_registration_are_not_cached)
+{
+    void *p = started_with_range();           /* cached under watch W1 */
+    ck_assert_int_eq(valid(p, LEN), 1);       /* this thread's last call before registering */
+    /* ...libfabric drops the entry (LRU), this thread registers R again: pins old pages... */
+    replace_pages(p, LEN);                    /* ...another thread replaces them meanwhile */
+    ck_assert_int_ne(subscribe(p, LEN), 0);   /* the new watch is not the one armed before */
+    /* The refusal armed the watch on the new pages: the next registration pins those. */
+    wait_ranges_empty();
+    ck_assert_int_eq(subscribe(p, LEN), 0);
+    ck_assert_int_eq(valid(p, LEN), 1);
+}
+END_TEST
+
+/* The watch must have been armed before the subscribing thread's previous call ended: one
+ * armed by another thread later may be younger than this thread's pinned pages. */
+struct arm_call { void *p; int ret; };
+
+static void *subscribe_in_thread(void *arg)
+{
+    struct arm_call *c = arg;
+    c->ret = subscribe(c->p, LEN);
+    return NULL;
+}
+
+START_TEST(a_watch_armed_by_another_thread_later_is_not_trusted)
+{
+    setup_mon(0);
+    start_mon();
+    void *p = map_buf(LEN), *other = map_buf(LEN);
+    ck_assert_int_eq(valid(other, LEN), 0);   /* this thread's last call ends here */
+    struct arm_call c = {.p = p, .ret = 0};
+    pthread_t t;
+    pthread_create(&t, NULL, subscribe_in_thread, &c);   /* arms p after that */
+    pthread_join(t, NULL);
+    ck_assert_int_ne(c.ret, 0);
+    uint64_t unarmed = stats().subscribes_unarmed;
+    ck_assert_int_ne(subscribe(p, LEN), 0);   /* armed, but after this thread's last call */
+    ck_assert_uint_eq(stats().subscribes_unarmed, unarmed + 1);
+    ck_assert_int_eq(subscribe(p, LEN), 0);   /* now armed before this thread's last call */
+    ck_assert_uint_eq(stats().ranges, 1);
 }
 END_TEST
 
@@ -391,6 +468,8 @@ static Suite *suite(void)
     tcase_add_test(tc, growth_is_bounded);
     tcase_add_test(tc, no_notify_after_stop_events_dropped);
     tcase_add_test(tc, unmaps_racing_subscribe_and_valid);
+    tcase_add_test(tc, pages_replaced_during_registration_are_not_cached);
+    tcase_add_test(tc, a_watch_armed_by_another_thread_later_is_not_trusted);
     tcase_add_test(tc, ranges_refuse_a_new_watch_for_a_known_range);
     suite_add_tcase(s, tc);
     return s;

@@ -2,7 +2,7 @@
  * monitor: libfabric's own memhooks and userfaultfd, and libvmtrack-ofi with each vmtrack
  * tracker (hooks, uffd, kmod). For each one, in a fresh process:
  *   - the data-checked scenarios (ofi_scenarios.c), with libfabric's "MR cache stats" line
- *     (FI_LOG_LEVEL=info) proving that round 2 was a cache hit;
+ *     (FI_LOG_LEVEL=info) proving that the round before the change was a cache hit;
  *   - the stress of unmaps racing fi_mr_reg (ofi_stress.c);
  *   - the figures (ofi_bench.c), printed as ratios against memhooks.
  * Asserted: with libvmtrack-ofi no scenario its tracker claims (tools/scenarios: hooks all
@@ -53,10 +53,10 @@ void ofi_print_monitor_stats(void)
     if (!module_stats || module_stats(&s))
         return;
     printf("RESULT monitor starts %llu stops %llu subscribes %llu refused %llu unsubscribes %llu "
-           "valids %llu false %llu events %llu notifies %llu ranges %llu\n",
+           "(unarmed %llu) valids %llu false %llu events %llu notifies %llu ranges %llu\n",
            (unsigned long long)s.starts, (unsigned long long)s.stops,
            (unsigned long long)s.subscribes, (unsigned long long)s.subscribes_refused,
-           (unsigned long long)s.unsubscribes,
+           (unsigned long long)s.unsubscribes, (unsigned long long)s.subscribes_unarmed,
            (unsigned long long)s.valids, (unsigned long long)s.valids_false,
            (unsigned long long)s.events, (unsigned long long)s.notifies,
            (unsigned long long)s.ranges);
@@ -292,7 +292,10 @@ static void stress_row(unsigned m, int fenced, int raw)
     field(outs[m], pre, "wrong ", &wrong);
     field(outs[m], pre, "remaps ", &remaps);
     field(outs[m], pre, "regs ", &regs);
-    int judged = fenced && claims(monitors[m], raw ? "raw-syscall-munmap" : "munmap-mmap");
+    /* The open race is asserted for vmtrack's monitor only: libfabric's own monitors have the
+     * register-then-subscribe window that vmtrack's closes (doc/ofi.md). */
+    int judged = (fenced || is_vmtrack(monitors[m])) &&
+                 claims(monitors[m], raw ? "raw-syscall-munmap" : "munmap-mmap");
     printf("  %-14s %-6s %-4s writes %4.0f wrong %3.0f (remaps %5.0f, fi_mr_reg %6.0f)%s\n",
            monitors[m], fenced ? "fenced" : "open", raw ? "raw" : "libc", writes, wrong, remaps,
            regs, judged ? "" : "  not asserted");
@@ -307,7 +310,8 @@ static void stress_table(void)
 {
     printf("\nstress: unmaps racing fi_mr_reg, then every slot written and checked\n"
            "  fenced: no remap during an fi_mr_reg of the same slot (asserted where claimed)\n"
-           "  open: remaps also between ibv_reg_mr and subscribe, libfabric's window (shown)\n");
+           "  open: remaps also between ibv_reg_mr and subscribe, libfabric's window (asserted for\n"
+           "        vmtrack's monitor where claimed, shown for libfabric's)\n");
     for (int fenced = 1; fenced >= 0; fenced--)
         for (unsigned m = 0; m < NMON; m++)
             for (int raw = 0; outs[m] && raw <= 1; raw++)
