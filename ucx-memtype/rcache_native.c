@@ -82,7 +82,8 @@ _Static_assert(sizeof(struct native_hdr) <= HDR_SIZE, "header fits");
 struct native_req {
     struct native_rcache *nr;
     void *arg;
-    uintptr_t a0, a1;               /* the request, page-rounded as vmtrack rounds it */
+    uintptr_t addr;                 /* the request (dev_reg rounds it to pages, as vmtrack */
+    size_t len;                     /* does: only a miss needs that) */
     ucs_status_t status;            /* mem_reg's own status when it failed */
     struct native_req *prev;
 };
@@ -217,7 +218,8 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     struct native_rcache *nr = ctx;
     struct native_req *req = t_req && t_req->nr == nr ? t_req : NULL;
     uintptr_t start = (uintptr_t)addr;
-    int merged = req && (start < req->a0 || start + len > req->a1);
+    int merged = req && (start < (req->addr & ~(g_page - 1)) ||
+                         start + len > ((req->addr + req->len + g_page - 1) & ~(g_page - 1)));
     struct native_hdr *h;
     ucs_rcache_region_t *r;
     ucs_status_t st;
@@ -418,8 +420,8 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
     access = (prot & PROT_WRITE ? VMT_ACCESS_WRITE : 0) | (prot & PROT_READ ? VMT_ACCESS_READ : 0);
     req.nr = nr;
     req.arg = arg;
-    req.a0 = (uintptr_t)address & ~(g_page - 1);
-    req.a1 = ((uintptr_t)address + length + g_page - 1) & ~(g_page - 1);
+    req.addr = (uintptr_t)address;
+    req.len = length;
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
