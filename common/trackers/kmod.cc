@@ -7,11 +7,18 @@
 // call, and no window: from the moment the kernel changes the word no thread gets a hit.
 // Events (one per watch) are read on the miss path (poll) to drop entries and tell
 // subscribers; subscribers therefore hear of a change late, not before it.
+//
+// A watch the cache gives back is parked, not unwatched, while its word has not moved: a
+// range registered again at the same place (evicted under a working set larger than the
+// cache, or the same buffer used again after its registration was reclaimed) then reuses it
+// with no system call. An unmoved word means the kernel saw no change of the range since the
+// watch was set, so the parked watch is as good as a new one set now.
 #include "config.h"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -97,36 +104,37 @@ public:
 
     int watch(uintptr_t start, size_t len, WatchToken *token) noexcept override
     {
-        vmtrack_watch a;
-        memset(&a, 0, sizeof a);
-        a.start = start;
-        a.len = len;
-        a.cookie = start;
-        if (ioctl(fd_, VMTRACK_IOC_WATCH, &a) != 0) {
-            int e = errno;
-            if (e == ENOSPC) {
-                // The module's per-file limit: serve the range uncached rather than fail.
-                if (!full_warned_.exchange(true))
-                    VMT_LOG_WARN("kmod: the module watches %u ranges, its limit (module "
-                                 "parameter max_watches): more are served uncached",
-                                 info_.max_watches);
-                return -ENOTSUP;
-            }
-            return -e;
+        if (unpark(start, len, token))
+            return 0;
+        int rc = watch_in_module(start, len, token);
+        if (rc == -ENOSPC && drain_park()) // parked watches count against max_watches
+            rc = watch_in_module(start, len, token);
+        if (rc == -ENOSPC) {
+            // The module's per-file limit: serve the range uncached rather than fail.
+            if (!full_warned_.exchange(true))
+                VMT_LOG_WARN("kmod: the module watches %u ranges, its limit (module "
+                             "parameter max_watches): more are served uncached",
+                             info_.max_watches);
+            return -ENOTSUP;
         }
-        token->handle = a.index;
-        token->expect = a.gen;
-        return 0;
+        return rc;
     }
 
-    void unwatch(uintptr_t, size_t, WatchToken token) noexcept override
+    void unwatch(uintptr_t start, size_t len, WatchToken token) noexcept override
     {
-        vmtrack_unwatch a;
-        memset(&a, 0, sizeof a);
-        // The handle is (gen at watch time << 32 | index): what the token holds.
-        a.handle = (static_cast<uint64_t>(token.expect) << 32) | token.handle;
-        if (ioctl(fd_, VMTRACK_IOC_UNWATCH, &a) != 0 && errno != ENOENT)
-            VMT_LOG_WARN("kmod: unwatch of word %u: %s", token.handle, strerror(errno));
+        if (!unchanged(token)) {
+            unwatch_in_module(token);
+            return;
+        }
+        Parked old;
+        {
+            ParkGuard g(park_busy_);
+            Parked &p = park_[park_slot(start, len)];
+            old = p;
+            p = Parked{start, len, token, true};
+        }
+        if (old.used)
+            unwatch_in_module(old.token);
     }
 
     void poll() noexcept override
@@ -167,6 +175,10 @@ public:
             close(fd_);
         fd_ = -1;
         words_ = always_valid_words();
+        park_busy_.store(false);  // another thread of the parent may have held it
+        for (Parked &p : park_)    // the parent's watches, gone with its file
+            p.used = false;
+        reused_.store(0);
         events_.store(0);
         overflows_.store(0);
         std::string why;
@@ -193,11 +205,13 @@ public:
                  "module: vmtrack.ko %s (ABI %u), " VMTRACK_DEVICE "\n"
                  "limits: %u watched ranges per process (module parameter max_watches), %u "
                  "queued events (max_events; overflow drops every entry)\n"
-                 "watched ranges: %u; events read: %llu; overflows: %llu; kernel memory per "
-                 "watched range: about %llu bytes\n",
+                 "watched ranges: %u (up to %zu of them parked for reuse); watches reused: "
+                 "%llu; events read: %llu; overflows: %llu; kernel memory per watched range: "
+                 "about %llu bytes\n",
                  now.version, now.abi_version, now.max_watches, now.max_events,
-                 now.nr_watches, (unsigned long long)events_.load(),
-                 (unsigned long long)overflows_.load(), (unsigned long long)now.watch_bytes);
+                 now.nr_watches, kParkSlots, (unsigned long long)reused_.load(),
+                 (unsigned long long)events_.load(), (unsigned long long)overflows_.load(),
+                 (unsigned long long)now.watch_bytes);
         d += b;
         d += "catches: every change of a watched range's pages, however asked for (munmap, "
              "mremap, madvise, MAP_FIXED, brk, shmdt, truncate, raw system calls, the kernel's "
@@ -208,6 +222,105 @@ public:
     }
 
 private:
+    struct Parked {
+        uintptr_t start = 0;
+        size_t len = 0;
+        WatchToken token;
+        bool used = false;
+    };
+    static constexpr size_t kParkSlots = 1024;  // a power of two
+
+    class ParkGuard {
+    public:
+        explicit ParkGuard(std::atomic<bool> &busy) noexcept : busy_(busy)
+        {
+            while (busy_.exchange(true, std::memory_order_acquire))
+                sched_yield();
+        }
+        ~ParkGuard() { busy_.store(false, std::memory_order_release); }
+        ParkGuard(const ParkGuard &) = delete;
+        ParkGuard &operator=(const ParkGuard &) = delete;
+
+    private:
+        std::atomic<bool> &busy_;
+    };
+
+    static size_t park_slot(uintptr_t start, size_t len) noexcept
+    {
+        uint64_t h = (static_cast<uint64_t>(start) >> 12) * 0x9e3779b97f4a7c15ull;
+        h ^= static_cast<uint64_t>(len) * 0xc2b2ae3d27d4eb4full;
+        return static_cast<size_t>((h ^ (h >> 31)) & (kParkSlots - 1));
+    }
+
+    bool unchanged(WatchToken t) const noexcept
+    {
+        return words_[t.handle].load(std::memory_order_acquire) == t.expect;
+    }
+
+    // The parked watch of exactly this range, if the kernel saw no change of it since.
+    bool unpark(uintptr_t start, size_t len, WatchToken *token) noexcept
+    {
+        Parked p;
+        {
+            ParkGuard g(park_busy_);
+            Parked &slot = park_[park_slot(start, len)];
+            if (!slot.used || slot.start != start || slot.len != len)
+                return false;
+            p = slot;
+            slot.used = false;
+        }
+        if (!unchanged(p.token)) {
+            unwatch_in_module(p.token);
+            return false;
+        }
+        *token = p.token;
+        reused_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+
+    // Give every parked watch back to the module; true if there was one.
+    bool drain_park() noexcept
+    {
+        bool any = false;
+        for (size_t i = 0; i < kParkSlots; i++) {
+            Parked p;
+            {
+                ParkGuard g(park_busy_);
+                p = park_[i];
+                park_[i].used = false;
+            }
+            if (p.used) {
+                unwatch_in_module(p.token);
+                any = true;
+            }
+        }
+        return any;
+    }
+
+    int watch_in_module(uintptr_t start, size_t len, WatchToken *token) noexcept
+    {
+        vmtrack_watch a;
+        memset(&a, 0, sizeof a);
+        a.start = start;
+        a.len = len;
+        a.cookie = start;
+        if (ioctl(fd_, VMTRACK_IOC_WATCH, &a) != 0)
+            return -errno;
+        token->handle = a.index;
+        token->expect = a.gen;
+        return 0;
+    }
+
+    void unwatch_in_module(WatchToken token) noexcept
+    {
+        vmtrack_unwatch a;
+        memset(&a, 0, sizeof a);
+        // The handle is (gen at watch time << 32 | index): what the token holds.
+        a.handle = (static_cast<uint64_t>(token.expect) << 32) | token.handle;
+        if (ioctl(fd_, VMTRACK_IOC_UNWATCH, &a) != 0 && errno != ENOENT)
+            VMT_LOG_WARN("kmod: unwatch of word %u: %s", token.handle, strerror(errno));
+    }
+
     void shut() noexcept
     {
         if (words_ && words_ != always_valid_words())
@@ -225,6 +338,10 @@ private:
     std::atomic<uint64_t> events_{0};
     std::atomic<uint64_t> overflows_{0};
     std::atomic<bool> full_warned_{false};
+    std::atomic<uint64_t> reused_{0};
+    // A flag, not a mutex: held for a few stores, and a fork child can simply clear it.
+    std::atomic<bool> park_busy_{false};
+    Parked park_[kParkSlots];
 };
 
 }  // namespace

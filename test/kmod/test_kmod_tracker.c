@@ -1,6 +1,7 @@
 /* The kmod tracker through the public API (a fake device): hits while nothing changed, no hit
  * once the kernel changed the pages (munmap, raw munmap, madvise, MAP_FIXED), hits across
- * mprotect, events drained into invalidations and subscribers, fork, event overflow, limit.
+ * mprotect, events drained into invalidations and subscribers, fork, event overflow, limit,
+ * and a range registered again reusing its parked watch.
  * Needs /dev/vmtrack (run under test/vm/run); skipped (exit 77) without it. */
 #include "config.h"
 
@@ -295,6 +296,59 @@ START_TEST(limit_serves_uncached)
 }
 END_TEST
 
+/* The tracker report's "watches reused: N". */
+static unsigned long watches_reused(struct fixture *f)
+{
+	char buf[4096];
+	const char *at;
+
+	ck_assert_int_gt(vmt_cache_tracker_report(f->cache, buf, sizeof(buf)), 0);
+	at = strstr(buf, "watches reused: ");
+	ck_assert_msg(at != NULL, "report: %s", buf);
+	return strtoul(at + strlen("watches reused: "), NULL, 10);
+}
+
+/* A range registered again at the same place, unchanged, reuses its parked watch (no system
+ * call); one changed while parked gets a new watch; either way the next change is caught. */
+START_TEST(a_range_registered_again_reuses_its_watch)
+{
+	struct fixture f;
+	size_t len = 4 * page;
+	char *buf;
+
+	fixture_open(&f, "kmod", 0);
+	buf = map_at(NULL, len);
+	get_put(&f, buf, len);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* deregistered: its watch is parked */
+	ck_assert_uint_eq(watches_reused(&f), 0);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(watches_reused(&f), 1);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);
+	get_put(&f, buf, len);				/* a hit under the reused watch */
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);
+	munmap(buf, len);				/* the reused watch still catches a change */
+	map_at(buf, len);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
+
+	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* parked again... */
+	munmap(buf, len);				/* ...and changed while parked */
+	map_at(buf, len);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(watches_reused(&f), 1);	/* a fresh watch, not the fired one */
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 4);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 4);
+	ck_assert_int_eq(madvise(buf, page, MADV_DONTNEED), 0);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 5);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);
+	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
+	munmap(buf, len);
+	fixture_close(&f);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kmod tracker");
@@ -311,6 +365,7 @@ int main(void)
 	tcase_add_test(tc, fork_child_tracks_itself);
 	tcase_add_test(tc, overflow_drops_everything);
 	tcase_add_test(tc, limit_serves_uncached);
+	tcase_add_test(tc, a_range_registered_again_reuses_its_watch);
 	suite_add_tcase(s, tc);
 	rc = check_run(s, CK_FORK);
 	printf("%s: test_kmod_tracker\n", rc ? "FAIL" : "PASS");
