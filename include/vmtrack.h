@@ -162,6 +162,12 @@ void *vmt_device_ctx(const struct vmt_device *dev);
  * returned a positive value), or the device's own error from ops->reg. */
 int    vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                struct vmt_reg **out);
+/* (Extension) vmt_get that also gives the registration's handle (vmt_reg_handle of *out; NULL
+ * on error), for adapters that map a registration to an object of their own on every hit: a
+ * hit then reads it with the rest of the lookup instead of loading the registration. Errors
+ * as vmt_get's, and -EINVAL if handle is NULL. Since 0.1. */
+int    vmt_get_handle(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                      struct vmt_reg **out, void **handle);
 /* Releases a registration from vmt_get, from any thread. NULL is ignored; a second put of the
  * same hold is misuse (logged; aborts in --enable-debug builds). */
 void   vmt_put(struct vmt_reg *reg);

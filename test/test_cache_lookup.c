@@ -106,8 +106,56 @@ START_TEST(index_many)
 }
 END_TEST
 
+/* vmt_get_handle gives what ops->reg stored: on a miss, on the first hits (through the tree,
+ * which fills the memo) and the steady ones (through the memo), the new registration's after
+ * an invalidation; NULL with an error; and it refuses a NULL handle. */
+static void *handle_of_get(struct vmt_device *dev, void *addr, size_t len, struct vmt_reg **r)
+{
+    void *h = (void *)1;
+    ck_assert_int_eq(vmt_get_handle(dev, addr, len, VMT_ACCESS_READ, r, &h), 0);
+    ck_assert_ptr_eq(h, vmt_reg_handle(*r));
+    return h;
+}
+
+START_TEST(get_handle_gives_the_registrations_handle)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(4 * page);
+    struct vmt_reg *r1, *r2, *r3;
+    void *h1 = handle_of_get(fx.dev, buf, 2 * page, &r1);           /* a miss */
+    ck_assert_ptr_eq(((struct fake_reg *)h1)->addr, buf);
+    ck_assert_ptr_eq(handle_of_get(fx.dev, buf + 10, page, &r2), h1); /* hits */
+    ck_assert_ptr_eq(handle_of_get(fx.dev, buf + page, page, &r3), h1);
+    ck_assert_ptr_eq(r2, r1);
+    vmt_put(r1);
+    vmt_put(r2);
+    vmt_put(r3);
+    for (int i = 0; i < 4; i++) {   /* steady hits, through the memo */
+        ck_assert_ptr_eq(handle_of_get(fx.dev, buf, page, &r1), h1);
+        vmt_put(r1);
+    }
+    ck_assert_uint_ge(stats_of(fx.cache).hits, 6);
+    ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+    void *h2 = handle_of_get(fx.dev, buf, 2 * page, &r1);            /* registered again */
+    ck_assert_uint_eq(stats_of(fx.cache).registrations, 2);
+    ck_assert_ptr_eq(((struct fake_reg *)h2)->addr, buf);
+    vmt_put(r1);
+    void *h = (void *)1;
+    ck_assert_int_eq(vmt_get_handle(fx.dev, buf, 0, VMT_ACCESS_READ, &r1, &h), -EINVAL);
+    ck_assert_ptr_null(h);
+    ck_assert_int_eq(vmt_get_handle(fx.dev, buf, page, VMT_ACCESS_READ, &r1, NULL), -EINVAL);
+    ck_assert_int_eq(vmt_get_handle(NULL, buf, page, VMT_ACCESS_READ, &r1, &h), -EINVAL);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    ck_assert_int_eq(atomic_load(&fx.fake.live), 0);
+    munmap(buf, 4 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *const cases[] = {hit_and_miss, index_many, NULL};
+    const TTest *const cases[] = {hit_and_miss, index_many, get_handle_gives_the_registrations_handle,
+                                  NULL};
     return check_run_cases("cache lookup", 60, cases);
 }

@@ -425,11 +425,11 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
-    ret = vmt_get(d, address, length, access ? access : VMT_ACCESS_READ, &v);
+    ret = vmt_get_handle(d, address, length, access ? access : VMT_ACCESS_READ, &v,
+                         (void **)&h);
     t_req = req.prev;
     if (__builtin_expect(ret < 0, 0))
         return native_get_failed(&req, ret);
-    h = vmt_reg_handle(v);
     if (__builtin_expect(!atomic_load_explicit(&h->reg, memory_order_relaxed), 0))
         atomic_store_explicit(&h->reg, v, memory_order_relaxed);
     *region_p = region_of(h);

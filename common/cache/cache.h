@@ -110,10 +110,15 @@ struct Entry {
     Entry *lru_prev = nullptr, *lru_next = nullptr;
 };
 
+// vmt_get's and vmt_get_handle's common path (hit.cc, the only place that uses it).
+inline int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                      struct vmt_reg **out, void **handle);
+
 class Cache final : public TrackerSink {
-    // The hit path is flattened into vmt_get (hit.cc), which reads the fields below.
-    friend int ::vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
-                         struct vmt_reg **out);
+    // The hit path is flattened into vmt_get (hit.cc: get_inline), which reads the fields
+    // below.
+    friend int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                          struct vmt_reg **out, void **handle);
 
 public:
     static int create(const struct vmt_cache_opts *opts, bool merge, Cache **out);
@@ -282,7 +287,8 @@ private:
         std::atomic<uint32_t> denied;     // ~(the registration's access): one test on a hit
         std::atomic<uint32_t> watch_handle;
         std::atomic<uint32_t> watch_expect;
-        uint32_t unused[3];
+        uint32_t unused;
+        std::atomic<void *> handle;       // the registration's handle, for vmt_get_handle
     };
     static_assert(sizeof(MemoSlot) == 64, "a memo slot is one cache line");
     static constexpr size_t kMemoSlots = 32768;  // 2 MiB (see map_memo)
@@ -371,6 +377,8 @@ private:
 int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out);
 int get_rare(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out,
              uintptr_t found);
+int get_rare_handle(Device *d, const void *addr, size_t len, unsigned access,
+                    struct vmt_reg **out, uintptr_t found, void **handle);
 void put_full(struct vmt_reg *reg, bool hold_released);
 
 }  // namespace vmt

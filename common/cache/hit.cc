@@ -142,6 +142,7 @@ void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg
     m.denied.store(~reg_access(r), std::memory_order_relaxed);
     m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m.handle.store(r->handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     // Fails (and leaves the slot invalid) if clear_memo went over it meanwhile.
     m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release);
 }
@@ -286,6 +287,17 @@ __attribute__((noinline)) int get_rare(Device *d, const void *addr, size_t len, 
     return get_full(d, addr, len, access, out);
 }
 
+// get_rare for vmt_get_handle: the handle from the registration itself.
+__attribute__((noinline)) int get_rare_handle(Device *d, const void *addr, size_t len,
+                                              unsigned access, struct vmt_reg **out,
+                                              uintptr_t found, void **handle)
+{
+    int rc = get_rare(d, addr, len, access, out, found);
+    *handle = rc == 0 ? reinterpret_cast<Reg *>(*out)->handle.load(std::memory_order_relaxed)
+                      : nullptr;
+    return rc;
+}
+
 int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out)
 {
     if (__builtin_expect(!d || !out, 0))
@@ -336,10 +348,15 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
 // only. Everything else goes to get_rare by a tail call, bad arguments included: len 0 and
 // overflow fail `a + len > a`, unknown access bits never match a slot, page 0 is never
 // memoized.
-extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
-                       struct vmt_reg **out)
+namespace vmt {
+// vmt_get and vmt_get_handle: the memo's first way with the hold's home slot free, written
+// out so that it stays a leaf; everything else is get_rare's. With `handle`, the
+// registration's handle comes from the memo slot, read under its stamp like the rest: the
+// caller does not load the registration itself.
+__attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, const void *addr,
+                                                     size_t len, unsigned access,
+                                                     struct vmt_reg **out, void **handle)
 {
-    using namespace vmt;
     Device *d = reinterpret_cast<Device *>(dev);
     uintptr_t a = reinterpret_cast<uintptr_t>(addr);
     uintptr_t found = kMemoMiss;
@@ -348,6 +365,7 @@ extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, uns
     const Cache::MemoSlot *m;
     ThreadRecord *t;
     std::atomic<uint64_t> *slot;
+    void *h = nullptr;
     // Where readers must fence (no membarrier), the memo is never filled: no check needed here.
     if (__builtin_expect(!d || !out || a + len <= a, 0))
         goto rare;
@@ -369,6 +387,8 @@ extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, uns
     if (d->check_words && c->watch_changed(m))
         goto rare;  // the pages changed, or a torn read (the stamp check below catches that)
     hold = m->hold.load(std::memory_order_relaxed);
+    if (handle)
+        h = m->handle.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (__builtin_expect(m->stamp.load(std::memory_order_relaxed) != stamp, 0))
         goto rare;
@@ -392,9 +412,28 @@ extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, uns
     c->count_memo_hit(
         *reinterpret_cast<std::atomic<uint64_t> *>(reinterpret_cast<char *>(t) + d->hits_offset), m);
     *out = reinterpret_cast<struct vmt_reg *>(found);
+    if (handle)
+        *handle = h;
     return 0;
 rare:
-    return get_rare(d, addr, len, access, out, found);
+    // Tail calls both: the common path above keeps no frame.
+    return handle ? get_rare_handle(d, addr, len, access, out, found, handle)
+                  : get_rare(d, addr, len, access, out, found);
+}
+}  // namespace vmt
+
+extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                       struct vmt_reg **out)
+{
+    return vmt::get_inline(dev, addr, len, access, out, nullptr);
+}
+
+extern "C" int vmt_get_handle(struct vmt_device *dev, const void *addr, size_t len,
+                              unsigned access, struct vmt_reg **out, void **handle)
+{
+    if (__builtin_expect(!handle, 0))
+        return -EINVAL;
+    return vmt::get_inline(dev, addr, len, access, out, handle);
 }
 
 extern "C" void vmt_put(struct vmt_reg *reg)
