@@ -25,13 +25,33 @@ test_ucx_test_ucp_rxe_LDADD = libvmtrack.la $(IBVERBS_LIBS) -lucp -lucs -ldl
 EXTRA_test_ucx_test_ucp_rxe_DEPENDENCIES = libvmtrack-ucx.la
 endif
 
-# The same two tests in the guest rig (Debian's kernel under qemu with vmtrack.ko, and
-# soft-RoCE for the UCP transfer): `make check-ucx-vm`.
+# A 2-rank MPICH job over soft-RoCE with the module (test/ucx/mpich_rxe.sh, in the guest rig;
+# skips, saying why, without VMT_UCX_VM=1 or without Debian's mpich). The job is built with
+# MPICH's own wrapper, mpicc.mpich, and links no vmtrack: the same binary runs on stock UCX.
+if HAVE_UCX
+TESTS += test/ucx/mpich_rxe.sh
+if HAVE_MPICH
+MPICH_STALE = test/ucx/mpich_stale$(EXEEXT)
+$(MPICH_STALE): test/ucx/mpich_stale.c include/vmtrack.h ucx-memtype/vmtrack_ucx.h \
+		include/vmtrack/version.h
+	@$(MKDIR_P) test/ucx
+	$(AM_V_CC)$(MPICC_MPICH) $(WARN_CFLAGS) $(CFLAGS) -I$(top_srcdir)/include \
+		-I$(top_builddir)/include -I$(top_srcdir)/ucx-memtype -o $@ $(srcdir)/test/ucx/mpich_stale.c
+check_SCRIPTS = $(MPICH_STALE)
+CLEANFILES += $(MPICH_STALE)
+endif
+endif
+EXTRA_DIST += test/ucx/mpich_rxe.sh test/ucx/mpich_stale.c
+
+# The tests above in the guest rig (Debian's kernel under qemu with vmtrack.ko, and soft-RoCE
+# for the UCP transfer and the MPICH job): `make check-ucx-vm`.
 if HAVE_UCX
 .PHONY: check-ucx-vm
-check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la
+check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la \
+		$(MPICH_STALE)
 	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
 	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
+	VMT_UCX_VM=1 VMT_BUILDDIR=$(abs_top_builddir) $(abs_top_srcdir)/test/ucx/mpich_rxe.sh
 endif
 
 # What a caller of UCX's public ucs_rcache_* API may rely on, against stock UCX and with the

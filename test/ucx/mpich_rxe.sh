@@ -1,0 +1,72 @@
+#!/bin/bash
+# A 2-rank MPICH job (Debian's mpich, ch4:ucx) over soft-RoCE in the guest rig (test/vm/run
+# --rxe), with UCX's registration caches on stock UCX and served by libvmtrack-ucx:
+#  1. stock UCX (its own hooks), every kind of change: the stale bytes are shown, not judged;
+#  2. the module with the kmod tracker, every kind of change: 0 stale bytes asserted;
+#  3. the module with the hooks tracker, libc's changes only (raw system calls are invisible to
+#     hooks): 0 stale bytes asserted.
+# test/ucx/mpich_stale is the job: rank 0 sends 1 MiB (rendezvous, zero-copy over rc_verbs)
+# from a buffer whose pages it replaces at the same address between rounds; rank 1 checks every
+# byte; with the module it also checks that vmtrack registered every fresh set of pages.
+# `make check-ucx-vm` runs it (VMT_UCX_VM=1); in plain `make check` it skips (status 77), as it
+# does, saying why, when MPICH or the rig is missing. Inside the guest it runs itself again
+# with --in-guest. MPICH's tools are called by their own names (mpiexec.mpich): `mpirun` is
+# whichever MPI the system's alternatives select (Open MPI here).
+set -u
+builddir=${VMT_BUILDDIR:-$(pwd)}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+srcdir=$(cd "$here/../.." && pwd)
+job=$builddir/test/ucx/mpich_stale
+module=$builddir/.libs/libvmtrack-ucx.so
+
+skip() { echo "SKIP: $*"; exit 77; }
+
+# mpiexec.mpich -n 2 on one node; $1 names the run, the rest go to the job.
+run_job() {
+	local name=$1
+	shift
+	echo "== $name"
+	timeout 150 mpiexec.mpich -n 2 -launcher fork "$@"
+	local rc=$?
+	echo "== $name: exit $rc"
+	return $rc
+}
+
+in_guest() {
+	[ -e /sys/class/infiniband/rxe0 ] || { echo "SKIP: no rxe0 in the guest"; exit 77; }
+	# UCX over rxe0 only: rc_verbs carries the data (zero-copy rendezvous), ud_verbs the
+	# wire-up; GID index 0, as test_ucp_rxe explains. MPIR_CVAR_NOLOCAL: without it MPICH's
+	# own shared memory carries messages between ranks of one node and UCX is never used.
+	export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 UCX_IB_GID_INDEX=0 \
+		UCX_WARN_UNUSED_ENV_VARS=n MPIR_CVAR_NOLOCAL=1
+	unset LD_PRELOAD
+	local with=(-genv LD_PRELOAD "$module" -genv UCX_MEM_MMAP_HOOK_MODE none)
+	local fail=0
+	run_job "stock UCX (shown, not judged)" -genv UCX_MEM_MMAP_HOOK_MODE bistro \
+		"$job" --changes all || fail=1
+	run_job "libvmtrack-ucx, kmod tracker" "${with[@]}" -genv VMTRACK_TRACKER kmod \
+		"$job" --changes all --expect-vmtrack || fail=1
+	run_job "libvmtrack-ucx, hooks tracker" "${with[@]}" -genv VMTRACK_TRACKER hooks \
+		"$job" --changes libc --expect-vmtrack || fail=1
+	exit $fail
+}
+
+if [ "${1:-}" = --in-guest ]; then
+	in_guest
+fi
+
+command -v mpiexec.mpich >/dev/null 2>&1 ||
+	skip "mpiexec.mpich not found (Debian's mpich package is not installed)"
+[ -x "$job" ] || skip "$job not built (configure found no mpicc.mpich: install libmpich-dev)"
+[ -e "$module" ] || skip "$module not built (no UCX)"
+[ -x "$srcdir/test/vm/run" ] || skip "no guest rig (test/vm/run)"
+command -v qemu-system-x86_64 >/dev/null 2>&1 || skip "qemu-system-x86_64 not installed"
+[ "${VMT_UCX_VM:-0}" = 1 ] || skip "boots a guest (~1 min): run 'make check-ucx-vm' (or set VMT_UCX_VM=1)"
+"$srcdir/test/vm/run" --rxe --timeout 480 --share "$builddir" -- \
+	env VMT_BUILDDIR="$builddir" bash "$here/mpich_rxe.sh" --in-guest
+rc=$?
+case $rc in
+124) echo "FAIL: the guest timed out" ;;
+125|126) skip "the guest rig failed (status $rc)" ;;
+esac
+exit $rc

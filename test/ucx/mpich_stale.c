@@ -1,0 +1,280 @@
+/* A 2-rank MPI job for Debian's MPICH (ch4:ucx): do UCX's registration caches ever let rank 0
+ * send the bytes of pages that are no longer its buffer's?
+ *
+ * Rank 0 sends a large buffer (rendezvous, zero-copy over rc_verbs: UCX registers the source
+ * pages through its ib md's rcache, and the peer reads them by RDMA) to rank 1 every round.
+ * Between rounds the buffer is refilled in place, or its pages are replaced at the same address
+ * (through libc, which UCX's hooks and vmtrack's hooks see, or with raw system calls, which
+ * only the kernel sees) and filled with the new round's bytes. Rank 1 checks every byte: a byte
+ * of an earlier round is stale (the NIC read old pages through a registration the cache should
+ * have dropped), any other wrong byte is lost data.
+ *
+ * Prints one line per kind of change (stale and wrong bytes) from rank 1, and from rank 0 what
+ * vmtrack served when libvmtrack-ucx is preloaded (looked up with dlsym: the job itself does
+ * not link vmtrack, so the same binary runs on stock UCX). --changes libc leaves out the raw
+ * system calls (for the hooks tracker, which cannot see them: after one missed change every
+ * later round would be stale too).
+ * Exit 0, without --expect-vmtrack, when the job ran (the bytes are shown, not judged); with
+ * it, when every byte was right and vmtrack registered the source of every fresh set of pages.
+ * 1 otherwise, 2 on a usage or setup error.
+ *
+ * Usage (N < 255: a byte names its round mod 256):
+ *   mpich_stale [--rounds N] [--kib K] [--changes all|libc] [--expect-vmtrack] */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "vmtrack.h"
+#include "vmtrack_ucx.h"
+
+enum change {
+    KEEP,            /* refill in place: the cached registration is still right */
+    LIBC_REMAP,      /* munmap + mmap at the same address through libc */
+    LIBC_FIXED,      /* mmap MAP_FIXED over the buffer through libc */
+    RAW_REMAP,       /* syscall(SYS_munmap) + syscall(SYS_mmap) at the same address */
+    RAW_FIXED,       /* syscall(SYS_mmap, MAP_FIXED) over the buffer */
+    N_CHANGES
+};
+
+static const char *const change_name[N_CHANGES] = {
+    "keep", "libc munmap+mmap", "libc mmap MAP_FIXED", "raw munmap+mmap", "raw mmap MAP_FIXED",
+};
+
+struct options {
+    int rounds;
+    size_t len;
+    int expect_vmtrack;
+    int kinds;       /* the changes made: the first `kinds` of enum change */
+};
+
+struct tally {
+    unsigned long long stale[N_CHANGES], wrong[N_CHANGES];
+    unsigned rounds[N_CHANGES];
+};
+
+static unsigned char pattern(int round, size_t i)
+{
+    /* 53 is odd, so a byte and its index name the round it was written in (mod 256) */
+    return (unsigned char)(round * 53 + (int)(i % 251) + 1);
+}
+
+/* The round (mod 256) whose pattern has this byte at index i. */
+static int round_of(unsigned char byte, size_t i)
+{
+    return (int)((unsigned char)((byte - (int)(i % 251) - 1) * 29));   /* 29 * 53 = 1 mod 256 */
+}
+
+static void fill(unsigned char *p, size_t len, int round)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = pattern(round, i);
+}
+
+static enum change change_before(const struct options *o, int round)
+{
+    return round == 0 ? KEEP : (enum change)((round - 1) % o->kinds);
+}
+
+/* New pages at the same address; the old ones stay pinned by any registration of them. */
+static int replace_pages(unsigned char *buf, size_t len, enum change how)
+{
+    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+    void *got = buf;
+    switch (how) {
+    case KEEP:
+        return 0;
+    case LIBC_REMAP:
+        munmap(buf, len);
+        got = mmap(buf, len, prot, flags, -1, 0);
+        break;
+    case LIBC_FIXED:
+        got = mmap(buf, len, prot, flags | MAP_FIXED, -1, 0);
+        break;
+    case RAW_REMAP:
+        syscall(SYS_munmap, buf, len);
+        got = (void *)syscall(SYS_mmap, buf, len, prot, flags, -1, 0);
+        break;
+    case RAW_FIXED:
+        got = (void *)syscall(SYS_mmap, buf, len, prot, flags | MAP_FIXED, -1, 0);
+        break;
+    default:
+        return -1;
+    }
+    if (got != buf) {
+        fprintf(stderr, "rank 0: %s did not map the same address again\n", change_name[how]);
+        return -1;
+    }
+    return 0;
+}
+
+static void check_round(const struct options *o, const unsigned char *got, int round,
+                        struct tally *t)
+{
+    enum change how = change_before(o, round);
+    size_t len = o->len;
+    unsigned long long stale = 0, wrong = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (got[i] == pattern(round, i))
+            continue;
+        if (round_of(got[i], i) < round)   /* a byte of pages this buffer had earlier */
+            stale++;
+        else
+            wrong++;
+    }
+    t->stale[how] += stale;
+    t->wrong[how] += wrong;
+    t->rounds[how]++;
+    if (stale || wrong)
+        printf("rank 1: round %d (%s): %llu stale bytes, %llu other wrong bytes of %zu\n",
+               round, change_name[how], stale, wrong, len);
+}
+
+static int run_sender(const struct options *o)
+{
+    unsigned char *buf = mmap(NULL, o->len, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return 2;
+    int ret = 0;
+    for (int r = 0; r < o->rounds && ret == 0; r++) {
+        ret = replace_pages(buf, o->len, change_before(o, r)) ? 2 : 0;
+        fill(buf, o->len, r);
+        int ok = ret == 0;
+        /* rank 1 must not wait for a message a failed replacement never sends */
+        MPI_Send(&ok, 1, MPI_INT, 1, 2 * r, MPI_COMM_WORLD);
+        if (ok)
+            MPI_Send(buf, (int)o->len, MPI_BYTE, 1, 2 * r + 1, MPI_COMM_WORLD);
+    }
+    munmap(buf, o->len);
+    return ret;
+}
+
+static int run_receiver(const struct options *o, struct tally *t)
+{
+    unsigned char *buf = malloc(o->len);
+    if (!buf)
+        return 2;
+    for (int r = 0; r < o->rounds; r++) {
+        int ok = 0;
+        MPI_Recv(&ok, 1, MPI_INT, 0, 2 * r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (!ok) {
+            free(buf);
+            return 2;
+        }
+        fill(buf, o->len, r + 1);   /* bytes nobody sent are "wrong", never "stale" */
+        MPI_Recv(buf, (int)o->len, MPI_BYTE, 0, 2 * r + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        check_round(o, buf, r, t);
+    }
+    free(buf);
+    return 0;
+}
+
+/* Rank 1's tally; with --expect-vmtrack any wrong byte fails. */
+static int judge_bytes(const struct options *o, const struct tally *t)
+{
+    int fail = 0;
+    for (int c = 0; c < o->kinds; c++) {
+        printf("rank 1: %-20s %2u rounds: %llu stale bytes, %llu other wrong bytes\n",
+               change_name[c], t->rounds[c], t->stale[c], t->wrong[c]);
+        fail |= t->stale[c] != 0 || t->wrong[c] != 0;
+    }
+    return o->expect_vmtrack && fail;
+}
+
+/* What vmtrack served in rank 0, if libvmtrack-ucx is in the process; -1 when it is not. */
+static int vmtrack_report(const struct options *o)
+{
+    int (*ucx_stats)(struct vmt_ucx_stats *) =
+        (int (*)(struct vmt_ucx_stats *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+    const char *(*ucx_tracker)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT,
+                                                                    "vmt_ucx_tracker");
+    struct vmt_cache *(*shared)(void) = (struct vmt_cache * (*)(void))dlsym(RTLD_DEFAULT,
+                                                                             "vmt_shared");
+    int (*stats)(struct vmt_cache *, struct vmt_stats *) =
+        (int (*)(struct vmt_cache *, struct vmt_stats *))dlsym(RTLD_DEFAULT, "vmt_stats_get");
+    if (!ucx_stats || !ucx_tracker || !shared || !stats) {
+        printf("rank 0: libvmtrack-ucx is not loaded (stock UCX)%s\n",
+               o->expect_vmtrack ? ": FAIL, it was expected" : "");
+        return o->expect_vmtrack ? 1 : -1;
+    }
+    struct vmt_ucx_stats us = {.sz = sizeof(us)};
+    struct vmt_stats vs = {.sz = sizeof(vs)};
+    if (ucx_stats(&us) < 0 || stats(shared(), &vs) < 0) {
+        printf("rank 0: FAIL: vmtrack's statistics could not be read\n");
+        return 1;
+    }
+    printf("rank 0: vmtrack-ucx tracker %s: %llu rcaches on vmtrack, %llu created by libucs; "
+           "vmt_shared: %llu registrations, %llu hits, %llu invalidations\n", ucx_tracker(),
+           (unsigned long long)us.native_rcaches, (unsigned long long)us.forwarded_rcaches,
+           (unsigned long long)vs.registrations, (unsigned long long)vs.hits,
+           (unsigned long long)vs.invalidations);
+    if (!o->expect_vmtrack)
+        return 0;
+    /* every fresh set of pages (the first and each replacement) must have been registered by
+     * vmtrack, or the bytes were not checked through it */
+    unsigned long long fresh = 1;
+    for (int r = 1; r < o->rounds; r++)
+        fresh += change_before(o, r) != KEEP;
+    int fail = !strcmp(ucx_tracker(), "off") || us.native_rcaches == 0 ||
+               vs.registrations < fresh;
+    if (fail)
+        printf("rank 0: FAIL: expected the ib md's rcache on vmtrack and at least %llu "
+               "registrations by it\n", fresh);
+    return fail;
+}
+
+static int parse(int argc, char **argv, struct options *o)
+{
+    *o = (struct options){.rounds = 21, .len = 1u << 20, .kinds = N_CHANGES};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            o->rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kib") && i + 1 < argc)
+            o->len = (size_t)atol(argv[++i]) << 10;
+        else if (!strcmp(argv[i], "--expect-vmtrack"))
+            o->expect_vmtrack = 1;
+        else if (!strcmp(argv[i], "--changes") && i + 1 < argc && !strcmp(argv[i + 1], "all"))
+            o->kinds = N_CHANGES, i++;
+        else if (!strcmp(argv[i], "--changes") && i + 1 < argc && !strcmp(argv[i + 1], "libc"))
+            o->kinds = RAW_REMAP, i++;
+        else
+            return -1;
+    }
+    return o->rounds >= 1 && o->rounds < 255 && o->len >= 4096 && o->len <= (1u << 30) ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    struct options o;
+    if (parse(argc, argv, &o) < 0 || size != 2) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpiexec -n 2 mpich_stale [--rounds N] [--kib K] "
+                            "[--changes all|libc] [--expect-vmtrack]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    struct tally t;
+    memset(&t, 0, sizeof(t));
+    int ret = rank == 0 ? run_sender(&o) : run_receiver(&o, &t);
+    if (ret == 0 && rank == 1)
+        ret = judge_bytes(&o, &t);
+    if (ret == 0 && rank == 0)
+        ret = vmtrack_report(&o) > 0;
+    int worst = 0;
+    MPI_Allreduce(&ret, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return worst;
+}
