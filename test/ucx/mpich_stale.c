@@ -15,11 +15,14 @@
  * system calls (for the hooks tracker, which cannot see them: after one missed change every
  * later round would be stale too).
  * Exit 0, without --expect-vmtrack, when the job ran (the bytes are shown, not judged); with
- * it, when every byte was right and vmtrack registered the source of every fresh set of pages.
+ * it, when every byte was right and vmtrack registered the source of every fresh set of pages;
+ * with --expect-cached also, that vmtrack cached it: a hit, and an invalidation for each change
+ * (served uncached, nothing could be stale and the check would prove nothing).
  * 1 otherwise, 2 on a usage or setup error.
  *
  * Usage (N < 255: a byte names its round mod 256):
- *   mpich_stale [--rounds N] [--kib K] [--changes all|libc] [--expect-vmtrack] */
+ *   mpich_stale [--rounds N] [--kib K] [--changes all|libc] [--expect-vmtrack [--expect-cached]]
+ */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -52,6 +55,7 @@ struct options {
     int rounds;
     size_t len;
     int expect_vmtrack;
+    int expect_cached;
     int kinds;       /* the changes made: the first `kinds` of enum change */
 };
 
@@ -212,22 +216,28 @@ static int vmtrack_report(const struct options *o)
         return 1;
     }
     printf("rank 0: vmtrack-ucx tracker %s: %llu rcaches on vmtrack, %llu created by libucs; "
-           "vmt_shared: %llu registrations, %llu hits, %llu invalidations\n", ucx_tracker(),
-           (unsigned long long)us.native_rcaches, (unsigned long long)us.forwarded_rcaches,
-           (unsigned long long)vs.registrations, (unsigned long long)vs.hits,
+           "vmt_shared: %llu registrations (%llu uncached), %llu hits, %llu invalidations\n",
+           ucx_tracker(), (unsigned long long)us.native_rcaches,
+           (unsigned long long)us.forwarded_rcaches, (unsigned long long)vs.registrations,
+           (unsigned long long)vs.uncached, (unsigned long long)vs.hits,
            (unsigned long long)vs.invalidations);
     if (!o->expect_vmtrack)
         return 0;
     /* every fresh set of pages (the first and each replacement) must have been registered by
      * vmtrack, or the bytes were not checked through it */
-    unsigned long long fresh = 1;
+    unsigned long long changes = 0;
     for (int r = 1; r < o->rounds; r++)
-        fresh += change_before(o, r) != KEEP;
+        changes += change_before(o, r) != KEEP;
     int fail = !strcmp(ucx_tracker(), "off") || us.native_rcaches == 0 ||
-               vs.registrations < fresh;
+               vs.registrations < changes + 1;
     if (fail)
         printf("rank 0: FAIL: expected the ib md's rcache on vmtrack and at least %llu "
-               "registrations by it\n", fresh);
+               "registrations by it\n", changes + 1);
+    if (o->expect_cached && (vs.hits == 0 || vs.invalidations < changes)) {
+        printf("rank 0: FAIL: expected vmtrack to cache the source (hits) and drop it at each "
+               "of the %llu changes (invalidations)\n", changes);
+        fail = 1;
+    }
     return fail;
 }
 
@@ -241,6 +251,8 @@ static int parse(int argc, char **argv, struct options *o)
             o->len = (size_t)atol(argv[++i]) << 10;
         else if (!strcmp(argv[i], "--expect-vmtrack"))
             o->expect_vmtrack = 1;
+        else if (!strcmp(argv[i], "--expect-cached"))
+            o->expect_cached = 1;
         else if (!strcmp(argv[i], "--changes") && i + 1 < argc && !strcmp(argv[i + 1], "all"))
             o->kinds = N_CHANGES, i++;
         else if (!strcmp(argv[i], "--changes") && i + 1 < argc && !strcmp(argv[i + 1], "libc"))
@@ -248,6 +260,8 @@ static int parse(int argc, char **argv, struct options *o)
         else
             return -1;
     }
+    if (o->expect_cached && !o->expect_vmtrack)
+        return -1;
     return o->rounds >= 1 && o->rounds < 255 && o->len >= 4096 && o->len <= (1u << 30) ? 0 : -1;
 }
 
@@ -262,7 +276,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o) < 0 || size != 2) {
         if (rank == 0)
             fprintf(stderr, "usage: mpiexec -n 2 mpich_stale [--rounds N] [--kib K] "
-                            "[--changes all|libc] [--expect-vmtrack]\n");
+                            "[--changes all|libc] [--expect-vmtrack [--expect-cached]]\n");
         MPI_Finalize();
         return 2;
     }
