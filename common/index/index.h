@@ -144,21 +144,8 @@ private:
     static unsigned count(const Node *n) noexcept { return n->count.load(std::memory_order_relaxed); }
     static bool leaf(const Node *n) noexcept { return n->leaf.load(std::memory_order_relaxed); }
 
-    // Enough free nodes for the deepest split chain, taken before anything changes.
-    bool reserve_nodes() noexcept
-    {
-        Node *got[kMaxDepth + 1];
-        int n = 0;
-        for (; n < kMaxDepth + 1; n++) {
-            got[n] = nodes_.alloc();
-            if (!got[n])
-                break;
-        }
-        bool ok = n == kMaxDepth + 1;
-        while (n > 0)
-            nodes_.free(got[--n]);
-        return ok;
-    }
+    // Enough free nodes for the deepest split chain, there before anything changes.
+    bool reserve_nodes() noexcept { return nodes_.reserve(kMaxDepth + 1); }
 
     static void insert_at(Node *n, unsigned pos, uintptr_t k, void *v) noexcept
     {

@@ -31,7 +31,20 @@ public:
             return nullptr;
         T *obj = free_;
         free_ = link(obj)->load(std::memory_order_relaxed);
+        free_count_--;
         return obj;
+    }
+
+    // Whether at least `count` objects are free now, growing if need be: a caller that must
+    // not fail halfway through a change (the index's splits) asks once, under one lock, not
+    // once per object.
+    bool reserve(size_t count) noexcept
+    {
+        std::lock_guard<std::mutex> g(lock_);
+        while (free_count_ < count)
+            if (!grow())
+                return false;
+        return true;
     }
 
     void free(T *obj) noexcept
@@ -39,6 +52,7 @@ public:
         std::lock_guard<std::mutex> g(lock_);
         link(obj)->store(free_, std::memory_order_relaxed);
         free_ = obj;
+        free_count_++;
     }
 
     // After fork in the child: forget what the parent had in use (its objects stay mapped and
@@ -71,6 +85,7 @@ private:
             T *obj = new (p) T();
             link(obj)->store(free_, std::memory_order_relaxed);
             free_ = obj;
+            free_count_++;
         }
         return true;
     }
@@ -86,6 +101,7 @@ private:
 
     std::mutex lock_;
     T *free_ = nullptr;
+    size_t free_count_ = 0;  // objects on free_
     Chunk *chunks_list_ = nullptr;
 };
 
