@@ -169,18 +169,22 @@ private:
         WatchToken watch;        // a new entry's watch (register_plan)
         void *handle;            // the device's registration (register_plan)
         bool union_known_mapped; // all the union adds to the request is cached and valid
+        bool touches_nothing;    // merging, no entry overlapped or touched the request
+        uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
     };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
     // Under the lock. true: another thread registered the range meanwhile (hold taken, *out).
     bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                    ThreadRecord *t, Plan *plan, Reg **out) noexcept;
-    void plan_union(Device *dev, Plan *plan) noexcept;
+    // below: the entry with the greatest start <= the request's (or nullptr).
+    void plan_union(Device *dev, Entry *below, Plan *plan) noexcept;
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
     bool plan_still_valid(const Plan &plan) const noexcept;
     void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
-    bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge) noexcept;
+    bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
+                      bool index_as_planned) noexcept;
     // dev->ops.reg; if the device is out of room and *may_evict, evicts one entry of the
     // device (never `keep`) and tries once more (and clears *may_evict).
     int reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,
@@ -190,7 +194,6 @@ private:
     void take_hold(ThreadRecord *t, Reg *r) noexcept;
 
     // Under lock_:
-    Entry *containing(uintptr_t a0, uintptr_t a1) const noexcept;
     // Write sections nest (pause_hits + invalidate); only the outermost moves seq_.
     void write_begin() noexcept
     {

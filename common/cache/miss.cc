@@ -61,12 +61,6 @@ void Cache::take_hold(ThreadRecord *t, Reg *r) noexcept
         r->shared_holds.fetch_add(1, std::memory_order_relaxed);
 }
 
-Entry *Cache::containing(uintptr_t a0, uintptr_t a1) const noexcept
-{
-    Entry *e = static_cast<Entry *>(index_.floor(a0));
-    return e && e->end.load(std::memory_order_relaxed) >= a1 ? e : nullptr;
-}
-
 bool Cache::unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept
 {
     for (int i = 0; i < unmaps_count_; i++)
@@ -206,13 +200,16 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                       ThreadRecord *t, Plan *plan, Reg **out) noexcept
 {
-    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false};
+    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false, false, 0};
     bool device_limited = false;
     {
         std::unique_lock<std::mutex> g(lock_);
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
-        Entry *e = containing(a0, a1);
+        // The entry below a0 decides both whether the range is cached and what a union starts
+        // from: one walk for both.
+        Entry *below = static_cast<Entry *>(index_.floor(a0));
+        Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
         if (e && !watch_changed(e)) {
             for (Reg *r = e->regs.load(); r; r = r->next.load()) {
                 if (r->dev.load() != dev)
@@ -229,7 +226,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
             plan->start = e->start.load();
             plan->end = e->end.load();
         } else if (allow_merge) {
-            plan_union(dev, plan);
+            plan_union(dev, below, plan);
         }
         plan->mark = inval_count_;
         if (!plan->base && over_limits(dev, 1)) {
@@ -240,13 +237,14 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
             // cache's own limits is there already (a batch may wait).
             device_limited = dev->ops.max_regions != 0;
         }
+        plan->index_seq = seq_.load(std::memory_order_relaxed);
     }
     if (device_limited)
         reclaim();
     return false;
 }
 
-void Cache::plan_union(Device *dev, Plan *plan) noexcept
+void Cache::plan_union(Device *dev, Entry *below, Plan *plan) noexcept
 {
     // The union keeps the rights this device had on what it absorbs, so that getting one of
     // those ranges again stays a hit.
@@ -261,17 +259,21 @@ void Cache::plan_union(Device *dev, Plan *plan) noexcept
         if (watch_changed(x))
             known = false;  // the tracker says its pages changed
     };
-    Entry *p = static_cast<Entry *>(index_.floor(a0));
+    bool touched = false;
+    Entry *p = below;
     if (p && p->end.load() >= a0) {
         u0 = p->start.load(), u1 = p->end.load() > u1 ? p->end.load() : u1;
         absorb(p);
+        touched = true;
     }
     for (Entry *n = static_cast<Entry *>(index_.ceil_w(a0)); n && n->start.load() <= u1;
          n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1))) {
         if (n->end.load() > u1)
             u1 = n->end.load();
         absorb(n);
+        touched = true;
     }
+    plan->touches_nothing = !touched;
     if (dev->ops.max_region_bytes && u1 - u0 > dev->ops.max_region_bytes)
         return;  // too big for the device in one piece: just the request
     plan->start = u0;
@@ -349,6 +351,9 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
             entries_.free(ne);
         return no_memory ? -ENOMEM : kMissAgain;
     }
+    // seq_ moves with every change of the index (hits rely on it): unmoved since the plan, the
+    // index is the one the plan saw.
+    bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
     write_begin();
     r->dev.store(dev, std::memory_order_relaxed);
     r->handle.store(plan.handle, std::memory_order_relaxed);
@@ -359,7 +364,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     Entry *target = plan.base;
     if (plan.base) {
         join_entry(dev, plan.base, r);
-    } else if (insert_entry(ne, r, plan, allow_merge)) {
+    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned)) {
         if (u0 < a0 || u1 > a1)
             counts_.merges.fetch_add(1, std::memory_order_relaxed);
         target = ne;
@@ -398,11 +403,15 @@ void Cache::join_entry(Device *dev, Entry *base, Reg *r) noexcept
     base->regs_alive++;
 }
 
-bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge) noexcept
+bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
+                         bool index_as_planned) noexcept
 {
     uintptr_t u0 = plan.start, u1 = plan.end;
-    // Everything the new range overlaps (or, merging, touches) leaves the index.
-    remove_overlapping(u0, u1, allow_merge);
+    // Everything the new range overlaps (or, merging, touches) leaves the index. Where the
+    // plan found nothing that touches it and the index is as planned, there is nothing to
+    // look for.
+    if (!(allow_merge && plan.touches_nothing && index_as_planned))
+        remove_overlapping(u0, u1, allow_merge);
     ne->start.store(u0, std::memory_order_relaxed);
     ne->end.store(u1, std::memory_order_relaxed);
     ne->watch_handle.store(plan.watch.handle, std::memory_order_relaxed);
