@@ -3,6 +3,7 @@
 // shared, and the hypervisor takes the CPU away in bursts.
 #include "config.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "bench_miss.h"
@@ -14,12 +15,29 @@ namespace vmt_bench {
 namespace {
 
 
+// The null device, counting its registrations (the cache's misses) like UCX's side does.
+struct CountingDevice {
+    struct vmt_device *dev = nullptr;
+    std::atomic<unsigned long> registrations{0};
+};
+
+int counting_reg(void *ctx, void *addr, size_t, unsigned, void **handle)
+{
+    static_cast<CountingDevice *>(ctx)->registrations.fetch_add(1, std::memory_order_relaxed);
+    *handle = addr;
+    return 0;
+}
+
 int vmt_miss_get(void *ctx, void *addr, size_t len, void **handle)
 {
-    return vmt_get(static_cast<struct vmt_device *>(ctx), addr, len, VMT_ACCESS_READ,
+    return vmt_get(static_cast<CountingDevice *>(ctx)->dev, addr, len, VMT_ACCESS_READ,
                    reinterpret_cast<struct vmt_reg **>(handle));
 }
 void vmt_miss_put(void *, void *handle) { vmt_put(static_cast<struct vmt_reg *>(handle)); }
+unsigned long vmt_miss_registrations(void *ctx)
+{
+    return static_cast<CountingDevice *>(ctx)->registrations.load(std::memory_order_relaxed);
+}
 
 // One run of a workload on a fresh vmtrack cache limited to MISS_CACHE_LIMIT entries, null
 // device.
@@ -43,27 +61,27 @@ int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, in
     memset(&ops_dev, 0, sizeof ops_dev);
     ops_dev.sz = sizeof ops_dev;
     ops_dev.name = "null";
-    ops_dev.reg = null_reg;
+    ops_dev.reg = counting_reg;
     ops_dev.dereg = null_dereg;
     // Like io_uring and verbs: its registration would fail on unmapped memory (the workloads
     // never give it any), so the cache need not check the mapping itself.
     ops_dev.flags = VMT_DEVICE_CHECKS_MAPPED;
-    struct vmt_device *dev;
-    rc = vmt_device_attach(cache, &ops_dev, nullptr, &dev);
+    CountingDevice counting;
+    rc = vmt_device_attach(cache, &ops_dev, &counting, &counting.dev);
     if (rc == 0) {
-        struct miss_cache mc = {dev, vmt_miss_get, vmt_miss_put};
+        struct miss_cache mc = {&counting, vmt_miss_get, vmt_miss_put, vmt_miss_registrations};
         rc = miss_run(&mc, w, ops, threads, res);
-        vmt_device_detach(dev);
+        vmt_device_detach(counting.dev);
     }
     vmt_cache_destroy(cache);
     return rc;
 }
 
-int run_ucx(enum miss_workload w, size_t ops, int threads, double out[4])
+int run_ucx(enum miss_workload w, size_t ops, int threads, double out[5])
 {
     return run_ucx_helper(std::string("miss ") + miss_workload_name(w) + " " +
                               std::to_string(ops) + " " + std::to_string(threads),
-                          out, 4);
+                          out, 5);
 }
 
 struct Workload {
@@ -92,9 +110,9 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
     double ucx_fresh_ns = -1;
     *json = "{\"tracker\":\"" + opt.tracker + "\"";
     for (const Workload &k : work) {
-        std::vector<double> v_ns, u_ns, ratios;
+        std::vector<double> v_ns, u_ns, ratios, v_regs, u_regs;
         for (int r = 0; r < reps; r++) {
-            double u[4] = {0, 0, 0, 0};
+            double u[5] = {0, 0, 0, 0, 0};
             if (ucx && run_ucx(k.w, k.ops, 1, u))
                 ucx = false;
             struct miss_result res {};
@@ -104,8 +122,10 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
             // The buffer used once counts what the cache adds to the loop without it.
             double v = res.ns_per_op - res.once_without_ns, uv = u[0] - u[3];
             v_ns.push_back(v);
+            v_regs.push_back(res.regs_per_op);
             if (ucx) {
                 u_ns.push_back(uv);
+                u_regs.push_back(u[4]);
                 if (uv > 0)
                     ratios.push_back(v / uv);
             }
@@ -121,6 +141,11 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
             rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
                              "<= 1.0x", verdict(ratio > 0 && ratio <= 1.0)});
         }
+        // What each cache did: a registration per operation is a miss, none a hit (UCX 1.13
+        // grows past max_regions rather than evict).
+        std::string regs = fmt(median(v_regs), 3) + (ucx ? " / " + fmt(median(u_regs), 3) : "");
+        rows->push_back({ucx ? "  registrations per op, vmtrack / UCX" : "  registrations per op",
+                         regs, "", "(reported)", ""});
         *json += std::string(",\"") + k.key + "_ns\":" + fmt(v, 1) + ",\"" + k.key +
                  "_ucx_ns\":" + fmt(uv, 1) + ",\"" + k.key + "_ratio\":" + fmt(ratio, 3);
     }

@@ -5,7 +5,7 @@
  *       the hit workload; prints "ns_per_hit hits_per_sec hits_per_cpu_sec"
  *   vmtrack-ucx-bench miss WORKLOAD OPS THREADS
  *       a miss workload (bench/miss_workloads.h); prints "ns_per_op ops_per_sec
- *       ops_per_cpu_sec ns_per_op_without_cache" */
+ *       ops_per_cpu_sec ns_per_op_without_cache registrations_per_op" */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +19,10 @@ static int run_miss(int argc, char **argv)
         fprintf(stderr, "usage: vmtrack-ucx-bench miss WORKLOAD OPS THREADS\n");
         return 2;
     }
-    double out[4];
+    double out[5];
     if (vmtrack_bench_ucx_miss(argv[2], ops, threads, out))
         return 1;
-    printf("%.3f %.1f %.1f %.3f\n", out[0], out[1], out[2], out[3]);
+    printf("%.3f %.1f %.1f %.3f %.4f\n", out[0], out[1], out[2], out[3], out[4]);
     return 0;
 }
 

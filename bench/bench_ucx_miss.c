@@ -10,7 +10,7 @@
 #include "miss_workloads.h"
 
 #ifndef HAVE_UCX
-int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[4])
+int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[5])
 {
     (void)workload; (void)ops; (void)threads; (void)out;
     fprintf(stderr, "vmtrack bench: built without UCX (libucx-dev), no --compare-ucx\n");
@@ -25,11 +25,20 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
 #include "bench_ucx_rcache.h"
 #include <ucs/memory/rcache.h>
 
+static unsigned long null_registrations;  /* mem_reg calls: the cache's misses */
+
 static ucs_status_t null_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
                                  ucs_rcache_region_t *region, uint16_t flags)
 {
     (void)context; (void)rcache; (void)arg; (void)region; (void)flags;
+    __atomic_add_fetch(&null_registrations, 1, __ATOMIC_RELAXED);
     return UCS_OK;
+}
+
+static unsigned long ucx_registrations(void *ctx)
+{
+    (void)ctx;
+    return __atomic_load_n(&null_registrations, __ATOMIC_RELAXED);
 }
 
 static void null_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region)
@@ -56,7 +65,7 @@ static void ucx_put(void *ctx, void *handle)
     ucs_rcache_region_put(ctx, handle);
 }
 
-int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[4])
+int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[5])
 {
     int w = miss_workload_parse(workload);
     if (w < 0) {
@@ -72,7 +81,7 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
         fprintf(stderr, "vmtrack-ucx-bench: ucs_rcache_create: %s\n", ucs_status_string(status));
         return -EIO;
     }
-    struct miss_cache cache = {rcache, ucx_get, ucx_put};
+    struct miss_cache cache = {rcache, ucx_get, ucx_put, ucx_registrations};
     int rc = miss_run(&cache, (enum miss_workload)w, ops, threads, &res);
     ucs_rcache_destroy(rcache);
     if (rc)
@@ -81,6 +90,7 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
     out[1] = res.ops_per_sec;
     out[2] = res.ops_per_cpu_sec;
     out[3] = res.once_without_ns;
+    out[4] = res.regs_per_op;
     return 0;
 }
 #endif

@@ -48,6 +48,7 @@ struct miss_thread {
     pthread_barrier_t *start;
     double t0, t1, cpu;
     double median, median_without;  /* MISS_ONCE: per iteration */
+    unsigned long regs;             /* device registrations while timed */
     int err;
 };
 
@@ -58,6 +59,11 @@ static int get_put(const struct miss_cache *c, void *addr)
     if (rc == 0)
         c->put(c->ctx, h);
     return rc;
+}
+
+static unsigned long registrations(const struct miss_cache *c)
+{
+    return c->registrations(c->ctx);
 }
 
 static char *map_span(size_t bytes)
@@ -77,12 +83,14 @@ static int run_fresh(struct miss_thread *t, size_t stride, pthread_barrier_t *st
     pthread_barrier_wait(start);
     if (t->err)
         return t->err;
+    t->regs = registrations(t->cache);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     t->t0 = clock_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < t->ops && !t->err; i++)
         t->err = get_put(t->cache, base + i * stride);
     t->t1 = clock_ns(CLOCK_MONOTONIC);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+    t->regs = registrations(t->cache) - t->regs;
     munmap(base, span);
     return t->err;
 }
@@ -100,12 +108,14 @@ static int run_random(struct miss_thread *t, pthread_barrier_t *start)
         t->err = get_put(t->cache, base + i * STRIDE_APART);
     pthread_barrier_wait(start);
     if (!t->err) {
+        t->regs = registrations(t->cache);
         t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         t->t0 = clock_ns(CLOCK_MONOTONIC);
         for (size_t i = 0; i < t->ops && !t->err; i++)
             t->err = get_put(t->cache, base + (size_t)idx[i % RANDOM_IDX] * STRIDE_APART);
         t->t1 = clock_ns(CLOCK_MONOTONIC);
         t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+        t->regs = registrations(t->cache) - t->regs;
     }
     if (base)
         munmap(base, span);
@@ -152,6 +162,7 @@ static int run_once(struct miss_thread *t, pthread_barrier_t *start)
     if (!with || !without)
         t->err = -ENOMEM;
     pthread_barrier_wait(start);
+    t->regs = registrations(t->cache);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     t->t0 = clock_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < t->ops && !t->err; i++) {
@@ -160,6 +171,7 @@ static int run_once(struct miss_thread *t, pthread_barrier_t *start)
     }
     t->t1 = clock_ns(CLOCK_MONOTONIC);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
+    t->regs = registrations(t->cache) - t->regs;
     if (!t->err) {
         t->median = median_of(with, t->ops);
         t->median_without = median_of(without, t->ops);
@@ -240,5 +252,7 @@ int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, i
     }
     out->ops_per_sec = (double)ops * threads / ((last - first) / 1e9);
     out->ops_per_cpu_sec = per_cpu;
+    /* The counter is the device's, shared by the threads: one thread's window says it all. */
+    out->regs_per_op = threads == 1 ? (double)th[0].regs / (double)ops : -1;
     return 0;
 }

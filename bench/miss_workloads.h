@@ -14,6 +14,8 @@ struct miss_cache {
     /* 0 or a negative errno; *handle is what put receives */
     int (*get)(void *ctx, void *addr, size_t len, void **handle);
     void (*put)(void *ctx, void *handle);
+    /* How many registrations the cache's device made so far: what tells a hit from a miss. */
+    unsigned long (*registrations)(void *ctx);
 };
 
 enum miss_workload {
@@ -31,6 +33,7 @@ struct miss_result {
     double once_without_ns;  /* MISS_ONCE: the median iteration of the loop without the cache */
     double ops_per_sec;      /* all threads together, by wall time */
     double ops_per_cpu_sec;  /* summed over threads, each by its own CPU time (no steal) */
+    double regs_per_op;      /* device registrations per operation while timed (1 thread) */
 };
 
 /* The workload's name on the command line of vmtrack-ucx-bench, and back; -1 if unknown. */

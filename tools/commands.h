@@ -23,8 +23,9 @@ struct vmtrack_ucx_bench {
 int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b);
 /* One run of a miss workload of bench/miss_workloads.h ("fresh-apart", ...) on UCX's rcache
  * (bench/bench_ucx_miss.c): out[] = ns per operation, operations per second, per CPU second,
- * and for "once" the ns per iteration of the same loop without a cache. 0 or a negative errno. */
-int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[4]);
+ * for "once" the ns per iteration of the same loop without a cache, and the registrations per
+ * operation (one thread; else -1). 0 or a negative errno. */
+int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double out[5]);
 #ifdef __cplusplus
 }
 #endif
