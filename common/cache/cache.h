@@ -176,8 +176,9 @@ private:
     // Under the lock. true: another thread registered the range meanwhile (hold taken, *out).
     bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                    ThreadRecord *t, Plan *plan, Reg **out) noexcept;
-    // below: the entry with the greatest start <= the request's (or nullptr).
-    void plan_union(Device *dev, Entry *below, Plan *plan) noexcept;
+    // below, above: the entries with the greatest start <= the request's and the smallest
+    // start > it (or nullptr).
+    void plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noexcept;
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;

@@ -206,9 +206,10 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
         std::unique_lock<std::mutex> g(lock_);
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
-        // The entry below a0 decides both whether the range is cached and what a union starts
-        // from: one walk for both.
-        Entry *below = static_cast<Entry *>(index_.floor(a0));
+        // The entries below and above a0 decide both whether the range is cached and what a
+        // union absorbs: one walk for all of it.
+        void *above = nullptr;
+        Entry *below = static_cast<Entry *>(index_.floor_w(a0, &above));
         Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
         if (e && !watch_changed(e)) {
             for (Reg *r = e->regs.load(); r; r = r->next.load()) {
@@ -226,7 +227,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
             plan->start = e->start.load();
             plan->end = e->end.load();
         } else if (allow_merge) {
-            plan_union(dev, below, plan);
+            plan_union(dev, below, static_cast<Entry *>(above), plan);
         }
         plan->mark = inval_count_;
         if (!plan->base && over_limits(dev, 1)) {
@@ -244,7 +245,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
     return false;
 }
 
-void Cache::plan_union(Device *dev, Entry *below, Plan *plan) noexcept
+void Cache::plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noexcept
 {
     // The union keeps the rights this device had on what it absorbs, so that getting one of
     // those ranges again stays a hit.
@@ -266,7 +267,7 @@ void Cache::plan_union(Device *dev, Entry *below, Plan *plan) noexcept
         absorb(p);
         touched = true;
     }
-    for (Entry *n = static_cast<Entry *>(index_.ceil_w(a0)); n && n->start.load() <= u1;
+    for (Entry *n = above; n && n->start.load() <= u1;
          n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1))) {
         if (n->end.load() > u1)
             u1 = n->end.load();

@@ -47,6 +47,39 @@ public:
     // Value with the smallest key >= x, or nullptr.
     void *ceil_w(uintptr_t x) const noexcept { return ceil_in(root(), x); }
 
+    // The value with the greatest key <= x (or nullptr) and, in *after, the one with the
+    // smallest key > x (or nullptr): a miss needs both, and one walk finds both.
+    void *floor_w(uintptr_t x, void **after) const noexcept
+    {
+        const Node *n = root();
+        const Node *right = nullptr;  // the subtree just right of the path, deepest seen
+        while (!leaf(n)) {
+            unsigned c = count(n);
+            if (c == 0) {
+                *after = nullptr;
+                return nullptr;
+            }
+            int i = last_le(n, c, x);
+            i = i < 0 ? 0 : i;
+            if ((unsigned)i + 1 < c)
+                right = static_cast<const Node *>(ptr(n, (unsigned)i + 1));
+            n = static_cast<const Node *>(ptr(n, (unsigned)i));
+        }
+        unsigned c = count(n);
+        int i = last_le(n, c, x);
+        if ((unsigned)(i + 1) < c) {
+            *after = ptr(n, (unsigned)(i + 1));
+        } else if (right) {
+            while (!leaf(right))
+                right = static_cast<const Node *>(ptr(right, 0));
+            // Only the root leaf can be empty; should another be, the full search decides.
+            *after = count(right) ? ptr(right, 0) : ceil_in(root(), x + 1);
+        } else {
+            *after = nullptr;
+        }
+        return i < 0 ? nullptr : ptr(n, (unsigned)i);
+    }
+
     // false only when out of memory (the tree is unchanged then).
     bool insert(uintptr_t key, void *value) noexcept
     {

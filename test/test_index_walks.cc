@@ -1,0 +1,73 @@
+// The interval index's writer-side walks (common/index/index.h), against the plain searches
+// they stand for: a miss takes the entry below its start and the one above from floor_w's one
+// walk, so floor_w must agree with floor and ceil_w everywhere, at every depth of the tree and
+// across the splits and merges of inserting and erasing.
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+
+#include "index/index.h"
+#include "lib/check_run.h"
+
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+
+void *value_of(uintptr_t key) { return reinterpret_cast<void *>(key + 1); }
+
+// Every key in the set, its neighbours and the space between them: floor_w against floor
+// (the greatest key <= x) and ceil_w(x + 1) (the smallest key > x).
+void check_walks(const vmt::RangeIndex &index, const std::set<uintptr_t> &keys)
+{
+    std::set<uintptr_t> probes = {0, 1};
+    for (uintptr_t k : keys)
+        for (uintptr_t x : {k - 1, k, k + 1, k + kPage / 2})
+            probes.insert(x);
+    for (uintptr_t x : probes) {
+        void *after = reinterpret_cast<void *>(0x5a);
+        void *below = index.floor_w(x, &after);
+        ck_assert_ptr_eq(below, index.floor(x));
+        ck_assert_ptr_eq(after, index.ceil_w(x + 1));
+        auto it = keys.upper_bound(x);
+        ck_assert_ptr_eq(after, it == keys.end() ? nullptr : value_of(*it));
+    }
+}
+
+}  // namespace
+
+START_TEST(floor_w_matches_floor_and_ceil_while_growing_and_shrinking)
+{
+    vmt::RangeIndex index;
+    std::set<uintptr_t> keys;
+    void *after = reinterpret_cast<void *>(0x5a);
+    ck_assert_ptr_null(index.floor_w(12345, &after));  // empty
+    ck_assert_ptr_null(after);
+    unsigned seed = 7;
+    // Enough keys for a tree three levels deep (16 per node), in random order.
+    for (int i = 0; i < 6000; i++) {
+        uintptr_t k = (uintptr_t)(rand_r(&seed) % 20000 + 1) * kPage;
+        if (keys.insert(k).second)
+            ck_assert(index.insert(k, value_of(k)));
+        if (i % 500 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+    // Erase most of them, so that leaves and inner nodes empty and go.
+    while (keys.size() > 3) {
+        auto it = keys.begin();
+        std::advance(it, rand_r(&seed) % keys.size());
+        index.erase(*it);
+        keys.erase(it);
+        if (keys.size() % 400 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+}
+END_TEST
+
+int main()
+{
+    const TTest *const cases[] = {floor_w_matches_floor_and_ceil_while_growing_and_shrinking,
+                                  nullptr};
+    return check_run_cases("index walks", 120, cases);
+}
