@@ -10,6 +10,8 @@
 
 #include <mutex>
 
+#include "cache/internal.h"
+
 namespace vmt {
 
 namespace {
@@ -81,7 +83,7 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
             continue;
         }
         remove_entry(e);
-        counts_.evictions.fetch_add(1, std::memory_order_relaxed);
+        add_under_lock(counts_.evictions, uint64_t{1});
         evicted++;
         if (for_dev && has_dev)
             dev_leaving++;  // an entry has at most one registration per device

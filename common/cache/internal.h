@@ -34,6 +34,14 @@ inline void publish_fence()
     std::atomic_thread_fence(std::memory_order_acquire);
 }
 
+// For a counter that changes only under the index lock and is read without it: a plain load
+// and store, not a locked read-modify-write (a miss changes several).
+template <typename T>
+inline void add_under_lock(std::atomic<T> &counter, T delta)
+{
+    counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+
 // Every cache of the process, for the fork handlers (fork.cc); under g_caches_lock.
 extern std::mutex g_caches_lock;
 extern Cache *g_caches_list;

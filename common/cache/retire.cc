@@ -44,11 +44,10 @@ void Cache::retire(Reg *r) noexcept
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
     Entry *e = r->entry.load(std::memory_order_relaxed);
-    limbo_new_.fetch_add(1, std::memory_order_relaxed);
-    limbo_new_bytes_.fetch_add(e->end.load(std::memory_order_relaxed) -
-                                   e->start.load(std::memory_order_relaxed),
-                               std::memory_order_relaxed);
-    limbo_total_.fetch_add(1, std::memory_order_relaxed);
+    add_under_lock(limbo_new_, size_t{1});
+    add_under_lock(limbo_new_bytes_, size_t{e->end.load(std::memory_order_relaxed) -
+                                            e->start.load(std::memory_order_relaxed)});
+    add_under_lock(limbo_total_, size_t{1});
 }
 
 void Cache::deregister(Device *dev, void *handle, size_t len) noexcept
@@ -296,7 +295,7 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
         d->bytes -= len;
         reg_set_state(r, kRegDead);
         g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
-        limbo_total_.fetch_sub(1, std::memory_order_relaxed);
+        add_under_lock(limbo_total_, ~size_t{0});  // minus one
         regs_.free(r);
         if (--e->regs_alive == 0 && !e->in_index) {
             e->lru_next = free_later;  // reuse the link: the entry left the LRU list
