@@ -550,6 +550,90 @@ static enum scn_result fork_child_part(const struct scn_provider *p, const char 
     return r;
 }
 
+/* Fork; the child runs fork_child_part and sends its outcome back through a pipe into *co. */
+static enum scn_result fork_and_collect(const struct scn_provider *p, const char *variant,
+                                        struct env *e, struct mem *m, struct mem *h,
+                                        struct scn_outcome *co, struct scn_outcome *out)
+{
+    int fds[2];
+    if (pipe(fds) < 0) {
+        WHY(out, "pipe: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        WHY(out, "fork: %s", strerror(errno));
+        return SCN_ERROR;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        struct scn_outcome cco;
+        memset(&cco, 0, sizeof(cco));
+        cco.result = fork_child_part(p, variant, e->ctx, m, h, &cco);
+        ssize_t w = write(fds[1], &cco, sizeof(cco));
+        (void)w;
+        _exit(0);
+    }
+    close(fds[1]);
+    memset(co, 0, sizeof(*co));
+    size_t got = 0;
+    while (got < sizeof(*co)) {
+        ssize_t n = read(fds[0], (char *)co + got, sizeof(*co) - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (got != sizeof(*co)) {
+        WHY(out, "the forked child died without a result (%s %d)",
+            WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        return SCN_ERROR;
+    }
+    return SCN_CAUGHT;
+}
+
+/* The parent after fork: the registration it held across the fork still maps its pages,
+ * untouched by what the child wrote into its copy and by whatever the child's cache did, and
+ * new bytes go through it. Releases the hold (htok). */
+static enum scn_result check_held_after_fork(const struct scn_provider *p, struct env *e,
+                                             const struct mem *h, int hidx, void *htok,
+                                             struct scn_outcome *out)
+{
+    int ret = scn_write_fixed(&e->ring, e->fd, h->addr, h->len, hidx, 0);
+    if (ret == 0)
+        ret = scn_read_back(e->fd, e->rb, h->len, 0);
+    if (ret < 0) {
+        WHY(out, "parent after fork: WRITE_FIXED with the held buffer %d: %s (the child "
+            "deregistered the parent's registration?)", hidx, strerror(-ret));
+        p->put(e->ctx, htok);
+        return SCN_ERROR;
+    }
+    if (!scn_matches(e->rb, h->len, SEED_OLD + 1)) {
+        WHY(out, "parent after fork: the held registration %s",
+            scn_matches(e->rb, h->len, SEED_CHILD + 1) ? "got the child's bytes"
+                                                        : "got neither the parent's bytes nor the child's");
+        p->put(e->ctx, htok);
+        return SCN_ERROR;
+    }
+    scn_fill(h->addr, h->len, SEED_NEW + 1);
+    ret = scn_write_fixed(&e->ring, e->fd, h->addr, h->len, hidx, 0);
+    if (ret == 0)
+        ret = scn_read_back(e->fd, e->rb, h->len, 0);
+    p->put(e->ctx, htok);
+    if (ret < 0 || !scn_matches(e->rb, h->len, SEED_NEW + 1)) {
+        WHY(out, "parent after fork: new bytes through the held registration: %s",
+            ret < 0 ? strerror(-ret) : "the file did not get them (the parent lost its pages)");
+        return ret < 0 ? SCN_ERROR : SCN_STALE;
+    }
+    return SCN_CAUGHT;
+}
+
 static enum scn_result run_fork(const struct scn_provider *p, const char *variant,
                                 struct scn_outcome *out)
 {
@@ -585,81 +669,13 @@ static enum scn_result run_fork(const struct scn_provider *p, const char *varian
         r = SCN_ERROR;
         goto done;
     }
-    int fds[2];
-    if (pipe(fds) < 0) {
-        WHY(out, "pipe: %s", strerror(errno));
-        r = SCN_ERROR;
-        goto done;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        WHY(out, "fork: %s", strerror(errno));
-        r = SCN_ERROR;
-        goto done;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        struct scn_outcome co;
-        memset(&co, 0, sizeof(co));
-        co.result = fork_child_part(p, variant, e.ctx, &m, &h, &co);
-        ssize_t w = write(fds[1], &co, sizeof(co));
-        (void)w;
-        _exit(0);
-    }
-    close(fds[1]);
     struct scn_outcome co;
-    memset(&co, 0, sizeof(co));
-    size_t got = 0;
-    while (got < sizeof(co)) {
-        ssize_t n = read(fds[0], (char *)&co + got, sizeof(co) - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fds[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (got != sizeof(co)) {
-        WHY(out, "the forked child died without a result (%s %d)",
-            WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-        r = SCN_ERROR;
+    r = fork_and_collect(p, variant, &e, &m, &h, &co, out);
+    if (r != SCN_CAUGHT)
         goto done;
-    }
-    /* The parent: the registration it held across the fork still maps its pages, untouched
-     * by what the child wrote into its copy and by whatever the child's cache did... */
-    ret = scn_write_fixed(&e.ring, e.fd, h.addr, h.len, hidx, 0);
-    if (ret == 0)
-        ret = scn_read_back(e.fd, e.rb, h.len, 0);
-    if (ret < 0) {
-        WHY(out, "parent after fork: WRITE_FIXED with the held buffer %d: %s (the child "
-            "deregistered the parent's registration?)", hidx, strerror(-ret));
-        p->put(e.ctx, htok);
-        r = SCN_ERROR;
+    r = check_held_after_fork(p, &e, &h, hidx, htok, out);
+    if (r != SCN_CAUGHT)
         goto done;
-    }
-    if (!scn_matches(e.rb, h.len, SEED_OLD + 1)) {
-        WHY(out, "parent after fork: the held registration %s",
-            scn_matches(e.rb, h.len, SEED_CHILD + 1) ? "got the child's bytes"
-                                                      : "got neither the parent's bytes nor the child's");
-        p->put(e.ctx, htok);
-        r = SCN_ERROR;
-        goto done;
-    }
-    scn_fill(h.addr, h.len, SEED_NEW + 1);
-    ret = scn_write_fixed(&e.ring, e.fd, h.addr, h.len, hidx, 0);
-    if (ret == 0)
-        ret = scn_read_back(e.fd, e.rb, h.len, 0);
-    p->put(e.ctx, htok);
-    if (ret < 0 || !scn_matches(e.rb, h.len, SEED_NEW + 1)) {
-        WHY(out, "parent after fork: new bytes through the held registration: %s",
-            ret < 0 ? strerror(-ret) : "the file did not get them (the parent lost its pages)");
-        r = ret < 0 ? SCN_ERROR : SCN_STALE;
-        goto done;
-    }
     /* ...and its cached one too. */
     scn_fill(m.addr, m.len, SEED_NEW);
     r = write_through(p, e.ctx, &e.ring, e.fd, m.addr, m.len, e.rb, "parent after fork", out);

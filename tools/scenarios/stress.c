@@ -260,6 +260,105 @@ static void *mutator(void *arg)
     return NULL;
 }
 
+/* The slots' buffers: every other one malloc'ed, the rest mmapped. 0 or a negative errno (the
+ * buffers allocated so far stay for free_slots). */
+static int alloc_slots(struct stress *s, unsigned ns, struct scn_stress_result *res)
+{
+    s->nslots = ns;
+    s->slots = calloc(ns, sizeof(*s->slots));
+    if (!s->slots)
+        return -ENOMEM;
+    unsigned st = 12345;
+    for (unsigned i = 0; i < ns; i++) {
+        struct sslot *sl = &s->slots[i];
+        int ret = 0;
+        pthread_mutex_init(&sl->mu, NULL);
+        pthread_rwlock_init(&sl->shape, NULL);
+        atomic_init(&sl->gen, 0);
+        sl->kind = i % 2 ? K_MALLOC : K_MMAP;
+        if (sl->kind == K_MALLOC) {
+            sl->len = pick_len(K_MALLOC, &st);
+            sl->addr = malloc(sl->len);
+            if (!sl->addr)
+                ret = -ENOMEM;
+        } else {
+            ret = map_hint(sl, NULL, pick_len(K_MMAP, &st));
+        }
+        if (ret < 0) {
+            snprintf(res->detail, sizeof(res->detail), "allocating buffers: %s", strerror(-ret));
+            return ret;
+        }
+    }
+    return 0;
+}
+
+static void free_slots(struct stress *s)
+{
+    for (unsigned i = 0; s->slots && i < s->nslots; i++) {
+        struct sslot *sl = &s->slots[i];
+        if (!sl->addr)
+            continue;
+        if (sl->kind == K_MALLOC)
+            free(sl->addr);
+        else
+            munmap(sl->addr, sl->len);
+    }
+    free(s->slots);
+}
+
+/* Run nw workers and nm mutators for ms (longer, up to max_ms, until min_writes; shorter on
+ * the first stale with stop_on_stale), then fill in res. 0 or -EAGAIN (threads missing). */
+static int run_threads(struct stress *s, unsigned nw, unsigned nm, unsigned ms,
+                       const struct scn_stress_opts *opts, struct scn_stress_result *res)
+{
+    pthread_t th[128];
+    struct wargs wa[128];
+    unsigned nt = 0;
+    int ret = 0;
+    for (unsigned i = 0; i < nw + nm; i++) {
+        wa[i].s = s;
+        wa[i].id = i;
+        wa[i].rng = 7919u * (i + 1);
+        if (pthread_create(&th[i], NULL, i < nw ? worker : mutator, &wa[i]) != 0) {
+            atomic_store(&s->stop, 1);
+            break;
+        }
+        nt++;
+    }
+    unsigned long min_writes = opts ? opts->min_writes : 0;
+    unsigned max_ms = opts && opts->max_ms ? opts->max_ms : 10 * ms;
+    int stop_on_stale = opts && opts->stop_on_stale;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long el = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (stop_on_stale && atomic_load(&s->stale) + atomic_load(&s->errors) > 0)
+            break;
+        if (el >= (long)max_ms)
+            break;
+        if (el >= (long)ms && atomic_load(&s->writes) >= min_writes)
+            break;
+    }
+    atomic_store(&s->stop, 1);
+    for (unsigned i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    if (nt != nw + nm) {
+        ret = -EAGAIN;
+        snprintf(res->detail, sizeof(res->detail), "could not start %u threads", nw + nm);
+    }
+    res->writes = atomic_load(&s->writes);
+    res->judged = atomic_load(&s->judged);
+    res->stale = atomic_load(&s->stale);
+    res->errors = atomic_load(&s->errors);
+    res->mutations = atomic_load(&s->mutations);
+    if (!res->detail[0])
+        memcpy(res->detail, s->detail, sizeof(res->detail));
+    return ret;
+}
+
 int scn_stress(const struct scn_provider *p, const char *variant,
                const struct scn_stress_opts *opts, struct scn_stress_result *res)
 {
@@ -297,90 +396,10 @@ int scn_stress(const struct scn_provider *p, const char *variant,
     ret = p->setup(&s->ctx, &s->ring, variant, res->detail, sizeof(res->detail));
     if (ret < 0)
         goto out_fd;
-    s->nslots = ns;
-    s->slots = calloc(ns, sizeof(*s->slots));
-    if (!s->slots) {
-        ret = -ENOMEM;
-        goto out_teardown;
-    }
-    unsigned st = 12345;
-    for (unsigned i = 0; i < ns; i++) {
-        struct sslot *sl = &s->slots[i];
-        pthread_mutex_init(&sl->mu, NULL);
-        pthread_rwlock_init(&sl->shape, NULL);
-        atomic_init(&sl->gen, 0);
-        sl->kind = i % 2 ? K_MALLOC : K_MMAP;
-        if (sl->kind == K_MALLOC) {
-            sl->len = pick_len(K_MALLOC, &st);
-            sl->addr = malloc(sl->len);
-            if (!sl->addr)
-                ret = -ENOMEM;
-        } else {
-            ret = map_hint(sl, NULL, pick_len(K_MMAP, &st));
-        }
-        if (ret < 0) {
-            snprintf(res->detail, sizeof(res->detail), "allocating buffers: %s", strerror(-ret));
-            goto out_slots;
-        }
-    }
-
-    pthread_t th[128];
-    struct wargs wa[128];
-    unsigned nt = 0;
-    for (unsigned i = 0; i < nw + nm; i++) {
-        wa[i].s = s;
-        wa[i].id = i;
-        wa[i].rng = 7919u * (i + 1);
-        if (pthread_create(&th[i], NULL, i < nw ? worker : mutator, &wa[i]) != 0) {
-            atomic_store(&s->stop, 1);
-            break;
-        }
-        nt++;
-    }
-    unsigned long min_writes = opts ? opts->min_writes : 0;
-    unsigned max_ms = opts && opts->max_ms ? opts->max_ms : 10 * ms;
-    int stop_on_stale = opts && opts->stop_on_stale;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        struct timespec ts = {0, 10 * 1000000};
-        nanosleep(&ts, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long el = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
-        if (stop_on_stale && atomic_load(&s->stale) + atomic_load(&s->errors) > 0)
-            break;
-        if (el >= (long)max_ms)
-            break;
-        if (el >= (long)ms && atomic_load(&s->writes) >= min_writes)
-            break;
-    }
-    atomic_store(&s->stop, 1);
-    for (unsigned i = 0; i < nt; i++)
-        pthread_join(th[i], NULL);
-    if (nt != nw + nm) {
-        ret = -EAGAIN;
-        snprintf(res->detail, sizeof(res->detail), "could not start %u threads", nw + nm);
-    }
-
-    res->writes = atomic_load(&s->writes);
-    res->judged = atomic_load(&s->judged);
-    res->stale = atomic_load(&s->stale);
-    res->errors = atomic_load(&s->errors);
-    res->mutations = atomic_load(&s->mutations);
-    if (!res->detail[0])
-        memcpy(res->detail, s->detail, sizeof(res->detail));
-out_slots:
-    for (unsigned i = 0; i < ns; i++) {
-        struct sslot *sl = &s->slots[i];
-        if (!sl->addr)
-            continue;
-        if (sl->kind == K_MALLOC)
-            free(sl->addr);
-        else
-            munmap(sl->addr, sl->len);
-    }
-    free(s->slots);
-out_teardown:
+    ret = alloc_slots(s, ns, res);
+    if (ret == 0)
+        ret = run_threads(s, nw, nm, ms, opts, res);
+    free_slots(s);
     p->teardown(s->ctx);
 out_fd:
     close(s->fd);
