@@ -480,6 +480,103 @@ static void wrap_free(struct wrap *w)
     free(w);
 }
 
+/* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher does, in
+ * MPI_Init, unless --mca memory ^patcher): then an rcache would never hear of an unmap. ucm's
+ * own check fires real mmap/munmap/mremap/shm calls in this thread and sees whether the events
+ * arrive. */
+static int unmap_events_reach_ucx(const char *name)
+{
+    ucs_status_t t = ucm_test_external_events(UCM_EVENT_VM_UNMAPPED);
+    if (t == UCS_OK)
+        return 1;
+    vlog(0, "unmap events do not reach UCX (%s): another patcher replaced vmtrack's "
+            "hooks (in Open MPI: --mca memory ^patcher); refusing registration cache "
+            "\"%s\", UCX will register without caching", ucs_status_string(t),
+         name ? name : "?");
+    return 0;
+}
+
+/* The wrap's watch cache: the shared cache in sync mode, else one of its own on the tracker. */
+static ucs_status_t wrap_open_watch(struct wrap *w, const char *name)
+{
+    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
+        w->wc = g.scache;
+        if (attach_watch_device(w) < 0)
+            return UCS_ERR_NO_MEMORY;
+        atomic_store(&w->gen, atomic_load(&g.gen));
+        return UCS_OK;
+    }
+    w->owns_wc = 1;
+    /* one entry per live UCX region, exactly its range; a do-nothing device pins nothing, so
+     * RLIMIT_MEMLOCK must not bound it */
+    VMT_OPTS(vmt_cache_opts, o, .tracker = g.tracker, .max_entries = (size_t)1 << 20,
+             .max_bytes = SIZE_MAX / 4, .flags = VMT_CACHE_NO_MERGE);
+    int ret = vmt_cache_create(&o, &w->wc);
+    if (ret == 0)
+        ret = attach_watch_device(w);
+    if (ret == 0)
+        ret = vmt_subscribe(w->wc, on_event, NULL);
+    if (ret < 0) {
+        vlog(0, "cannot set up a %s watch cache for UCX rcache \"%s\": %s", g.tracker,
+             name ? name : "?", vmt_strerror(ret));
+        if (w->wc)
+            vmt_cache_destroy(w->wc);
+        w->wc = NULL;
+        return errno_to_status(ret);
+    }
+    atomic_store(&w->gen, atomic_load(&g.gen));
+    return UCS_OK;
+}
+
+/* The caller's params with the wrap's ops and context, and room for the region's tail. */
+static void wrap_params(struct wrap *w, const ucs_rcache_params_t *params,
+                        ucs_rcache_params_t *p)
+{
+    *p = *params;
+    w->orig_ops = params->ops;
+    w->orig_ctx = params->context;
+    w->tail_off = (params->region_struct_size + _Alignof(struct region_tail) - 1) /
+                  _Alignof(struct region_tail) * _Alignof(struct region_tail);
+    w->ops.mem_reg = w_mem_reg;
+    w->ops.mem_dereg = w_mem_dereg;
+    w->ops.dump_region = w_dump_region;
+    p->ops = &w->ops;
+    p->context = w;
+    p->region_struct_size = w->tail_off + sizeof(struct region_tail);
+    if (w->owns_wc) {
+        /* vmtrack watches whole pages. UCX's ib md aligns regions to 16 bytes, so two of its
+         * regions may share a page; their watches would then overlap and, in a cache that
+         * does not merge, drop each other on every registration. Page-aligned regions never
+         * share a page (UCX merges overlapping ones), and ibv_reg_mr pins whole pages anyway. */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (p->alignment < page && p->max_alignment >= page)
+            p->alignment = page;
+    }
+}
+
+/* A free slot of g.wraps, or -1 (g.lock held). */
+static int free_wrap_slot(void)
+{
+    for (int i = 0; i < MAX_WRAPS; i++)
+        if (atomic_load(&g.wraps[i]) == NULL)
+            return i;
+    return -1;
+}
+
+/* Publish w in a free slot; false if none is left. */
+static int publish_wrap(struct wrap *w)
+{
+    pthread_mutex_lock(&g.lock);
+    int slot = free_wrap_slot();
+    if (slot >= 0) {
+        atomic_store_explicit(&g.wraps[slot], w, memory_order_release);
+        if (slot + 1 > atomic_load(&g.nwraps))
+            atomic_store_explicit(&g.nwraps, slot + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return slot >= 0;
+}
+
 VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
                                               const char *name, ucs_stats_node_t *stats_parent,
                                               ucs_rcache_t **rcache_p)
@@ -487,7 +584,6 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     ucs_rcache_params_t p;
     struct wrap *w;
     ucs_status_t st;
-    int slot = -1;
 
     vmt_ucx_init();
     if (!vmt_ucx_real.create)
@@ -497,21 +593,9 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
         vmt_ucx_note_forwarded();
         return vmt_ucx_real.create(params, name, stats_parent, rcache_p);
     }
-    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
-        /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher
-         * does, in MPI_Init, unless --mca memory ^patcher): then this rcache would never hear
-         * of an unmap. ucm's own check fires real mmap/munmap/mremap/shm calls in this thread
-         * and sees whether the events arrive. Without them, refuse: UCX then registers without
-         * a cache (slow but never stale). */
-        ucs_status_t t = ucm_test_external_events(UCM_EVENT_VM_UNMAPPED);
-        if (t != UCS_OK) {
-            vlog(0, "unmap events do not reach UCX (%s): another patcher replaced vmtrack's "
-                    "hooks (in Open MPI: --mca memory ^patcher); refusing registration cache "
-                    "\"%s\", UCX will register without caching", ucs_status_string(t),
-                 name ? name : "?");
-            return UCS_ERR_UNSUPPORTED;
-        }
-    }
+    /* Without unmap events, refuse: UCX then registers without a cache (slow, never stale). */
+    if (atomic_load(&g.mode) == VMT_UCX_SYNC && !unmap_events_reach_ucx(name))
+        return UCS_ERR_UNSUPPORTED;
     int native = vmt_ucx_native_create(params, name, rcache_p);
     if (native > 0)
         return UCS_OK;
@@ -522,89 +606,28 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
     w = calloc(1, sizeof(*w));
     if (!w)
         return UCS_ERR_NO_MEMORY;
-    if (atomic_load(&g.mode) == VMT_UCX_SYNC) {
-        w->wc = g.scache;
-        if (attach_watch_device(w) < 0) {
-            free(w);
-            return UCS_ERR_NO_MEMORY;
-        }
-        atomic_store(&w->gen, atomic_load(&g.gen));
-    } else {
-        int ret;
-        w->owns_wc = 1;
-        /* one entry per live UCX region, exactly its range; a do-nothing device pins
-         * nothing, so RLIMIT_MEMLOCK must not bound it */
-        VMT_OPTS(vmt_cache_opts, o, .tracker = g.tracker, .max_entries = (size_t)1 << 20,
-                 .max_bytes = SIZE_MAX / 4, .flags = VMT_CACHE_NO_MERGE);
-        ret = vmt_cache_create(&o, &w->wc);
-        if (ret == 0)
-            ret = attach_watch_device(w);
-        if (ret == 0)
-            ret = vmt_subscribe(w->wc, on_event, NULL);
-        if (ret < 0) {
-            vlog(0, "cannot set up a %s watch cache for UCX rcache \"%s\": %s", g.tracker,
-                 name ? name : "?", vmt_strerror(ret));
-            if (w->wc)
-                vmt_cache_destroy(w->wc);
-            free(w);
-            return errno_to_status(ret);
-        }
-        atomic_store(&w->gen, atomic_load(&g.gen));
+    st = wrap_open_watch(w, name);
+    if (st != UCS_OK) {
+        free(w);
+        return st;
     }
-    p = *params;
-    w->orig_ops = params->ops;
-    w->orig_ctx = params->context;
-    w->tail_off = (params->region_struct_size + _Alignof(struct region_tail) - 1) /
-                  _Alignof(struct region_tail) * _Alignof(struct region_tail);
-    w->ops.mem_reg = w_mem_reg;
-    w->ops.mem_dereg = w_mem_dereg;
-    w->ops.dump_region = w_dump_region;
-    p.ops = &w->ops;
-    p.context = w;
-    p.region_struct_size = w->tail_off + sizeof(struct region_tail);
-    if (w->owns_wc) {
-        /* vmtrack watches whole pages. UCX's ib md aligns regions to 16 bytes, so two of its
-         * regions may share a page; their watches would then overlap and, in a cache that
-         * does not merge, drop each other on every registration. Page-aligned regions never
-         * share a page (UCX merges overlapping ones), and ibv_reg_mr pins whole pages anyway. */
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        if (p.alignment < page && p.max_alignment >= page)
-            p.alignment = page;
-    }
-
+    wrap_params(w, params, &p);
     pthread_mutex_lock(&g.lock);
-    for (int i = 0; i < MAX_WRAPS; i++) {
-        if (atomic_load(&g.wraps[i]) == NULL) {
-            slot = i;
-            break;
-        }
-    }
+    int room = free_wrap_slot() >= 0;
     pthread_mutex_unlock(&g.lock);
-    if (slot < 0) {
+    if (!room) {
         vlog(0, "more than %d UCX registration caches: refusing to create \"%s\"", MAX_WRAPS,
              name ? name : "?");
         wrap_free(w);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
-
     st = vmt_ucx_real.create(&p, name, stats_parent, &w->rcache);
     if (st != UCS_OK) {
         wrap_free(w);
         return st;
     }
-    pthread_mutex_lock(&g.lock);
-    /* the slot may have been taken meanwhile: find one again */
-    slot = -1;
-    for (int i = 0; i < MAX_WRAPS && slot < 0; i++)
-        if (atomic_load(&g.wraps[i]) == NULL)
-            slot = i;
-    if (slot >= 0) {
-        atomic_store_explicit(&g.wraps[slot], w, memory_order_release);
-        if (slot + 1 > atomic_load(&g.nwraps))
-            atomic_store_explicit(&g.nwraps, slot + 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&g.lock);
-    if (slot < 0) {
+    /* the slot seen free before may have been taken meanwhile */
+    if (!publish_wrap(w)) {
         vmt_ucx_real.destroy(w->rcache);
         wrap_free(w);
         return UCS_ERR_EXCEEDS_LIMIT;
