@@ -127,15 +127,66 @@ static void *bench_ucx_thread_main(void *arg)
     return NULL;
 }
 
+/* Each thread's random indices, the threads run together (a barrier), and the figures into
+ * b. 0 or a negative errno; th[i].idx stay for the caller to free. */
+static int bench_ucx_threads(struct vmtrack_ucx_bench *b, struct bench_ucx_run *run,
+                             struct bench_ucx_thread *th)
+{
+    double first = 0, last = 0, sum_ns = 0, per_cpu_sec = 0;
+    int started = 0;
+    size_t i, j;
+
+    for (i = 0; i < (size_t)b->threads; i++) {
+        th[i].run = run;
+        th[i].seed = 0x9e3779b9u * (unsigned)(i + 1);
+        th[i].idx = malloc(BENCH_UCX_IDX * sizeof(uint32_t));
+        if (th[i].idx == NULL)
+            return -ENOMEM;
+        for (j = 0; j < BENCH_UCX_IDX; j++)
+            th[i].idx[j] = (uint32_t)(rand_r(&th[i].seed) % b->regions);
+    }
+    if (pthread_barrier_init(&run->barrier, NULL, (unsigned)b->threads) != 0)
+        return -ENOMEM;
+    for (i = 0; i < (size_t)b->threads; i++) {
+        int err = pthread_create(&th[i].tid, NULL, bench_ucx_thread_main, &th[i]);
+        if (err != 0) {
+            /* the barrier would never open: this is fatal for the run */
+            fprintf(stderr, "vmtrack bench --compare-ucx: pthread_create: %s\n",
+                    strerror(err));
+            abort();
+        }
+        started++;
+    }
+    for (i = 0; i < (size_t)started; i++)
+        pthread_join(th[i].tid, NULL);
+    pthread_barrier_destroy(&run->barrier);
+
+    for (i = 0; i < (size_t)b->threads; i++) {
+        if (th[i].err) {
+            fprintf(stderr, "vmtrack bench --compare-ucx: ucs_rcache_get failed\n");
+            return th[i].err;
+        }
+        sum_ns += th[i].ns;
+        per_cpu_sec += (double)b->hits / (th[i].cpu_ns / 1e9);
+        if (i == 0 || th[i].t_start < first)
+            first = th[i].t_start;
+        if (i == 0 || th[i].t_end > last)
+            last = th[i].t_end;
+    }
+    b->ns_per_hit = sum_ns / (double)b->threads / (double)b->hits;
+    b->hits_per_sec = (double)b->hits * (double)b->threads / ((last - first) / 1e9);
+    b->hits_per_cpu_sec = per_cpu_sec;
+    return 0;
+}
+
 int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
 {
     struct bench_ucx_thread *th = NULL;
     struct bench_ucx_run run;
     ucs_status_t status;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t span, i, j;
-    double first = 0, last = 0, sum_ns = 0, per_cpu_sec = 0;
-    int ret = 0, started = 0;
+    size_t span, i;
+    int ret = 0;
 
     if (b == NULL || b->regions == 0 || b->region_bytes == 0 || b->hits == 0 ||
         b->threads < 1 || b->regions > UINT32_MAX) {
@@ -181,54 +232,7 @@ int vmtrack_bench_ucx(struct vmtrack_ucx_bench *b)
         ret = -ENOMEM;
         goto out_rcache;
     }
-    for (i = 0; i < (size_t)b->threads; i++) {
-        th[i].run = &run;
-        th[i].seed = 0x9e3779b9u * (unsigned)(i + 1);
-        th[i].idx = malloc(BENCH_UCX_IDX * sizeof(uint32_t));
-        if (th[i].idx == NULL) {
-            ret = -ENOMEM;
-            goto out_threads;
-        }
-        for (j = 0; j < BENCH_UCX_IDX; j++)
-            th[i].idx[j] = (uint32_t)(rand_r(&th[i].seed) % b->regions);
-    }
-
-    if (pthread_barrier_init(&run.barrier, NULL, (unsigned)b->threads) != 0) {
-        ret = -ENOMEM;
-        goto out_threads;
-    }
-    for (i = 0; i < (size_t)b->threads; i++) {
-        int err = pthread_create(&th[i].tid, NULL, bench_ucx_thread_main, &th[i]);
-        if (err != 0) {
-            /* the barrier would never open: this is fatal for the run */
-            fprintf(stderr, "vmtrack bench --compare-ucx: pthread_create: %s\n",
-                    strerror(err));
-            abort();
-        }
-        started++;
-    }
-    for (i = 0; i < (size_t)started; i++)
-        pthread_join(th[i].tid, NULL);
-    pthread_barrier_destroy(&run.barrier);
-
-    for (i = 0; i < (size_t)b->threads; i++) {
-        if (th[i].err) {
-            fprintf(stderr, "vmtrack bench --compare-ucx: ucs_rcache_get failed\n");
-            ret = th[i].err;
-            goto out_threads;
-        }
-        sum_ns += th[i].ns;
-        per_cpu_sec += (double)b->hits / (th[i].cpu_ns / 1e9);
-        if (i == 0 || th[i].t_start < first)
-            first = th[i].t_start;
-        if (i == 0 || th[i].t_end > last)
-            last = th[i].t_end;
-    }
-    b->ns_per_hit = sum_ns / (double)b->threads / (double)b->hits;
-    b->hits_per_sec = (double)b->hits * (double)b->threads / ((last - first) / 1e9);
-    b->hits_per_cpu_sec = per_cpu_sec;
-
-out_threads:
+    ret = bench_ucx_threads(b, &run, th);
     for (i = 0; i < (size_t)b->threads; i++)
         free(th[i].idx);
     free(th);

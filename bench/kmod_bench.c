@@ -49,6 +49,114 @@ static void drain(struct vt *v)
 		;
 }
 
+/* watch + unwatch of one page, R times; ns per pair */
+static int bench_watch_pairs(struct vt *v, char *buf, long pg, int r, double *ns)
+{
+	double t0 = now_ns();
+	int i;
+
+	for (i = 0; i < r; i++) {
+		struct vmtrack_watch x;
+
+		if (vt_watch(v, buf + (i % 64) * pg, pg, i, &x) || vt_unwatch(v, x.handle)) {
+			perror("watch/unwatch");
+			return -1;
+		}
+	}
+	*ns = (now_ns() - t0) / r;
+	return 0;
+}
+
+/* munmap of a 64 KiB populated range, watched and unwatched alternately (so that drift of an
+ * emulated or loaded machine hits both the same); prints the medians */
+static int bench_munmap(struct vt *v, long pg, int u)
+{
+	size_t len = 16 * pg;
+	double *tw = calloc(u, sizeof(double)), *tu = calloc(u, sizeof(double));
+	double t0;
+	int i;
+
+	if (!tw || !tu)
+		return -1;
+	for (i = 0; i < u; i++) {
+		char *a = vt_map(len), *b = vt_map(len), *c = vt_map(pg);
+		struct vmtrack_watch x;
+
+		if (!a || !b || !c || vt_watch(v, a, len, i, &x)) {
+			perror("map/watch");
+			return -1;
+		}
+		/* an untimed munmap first: under TCG the first one after another system call
+		 * pays for re-warming the emulator */
+		munmap(c, pg);
+		/* alternate which one goes first */
+		if (i & 1) {
+			t0 = now_ns();
+			munmap(a, len);
+			tw[i] = now_ns() - t0;
+		}
+		t0 = now_ns();
+		munmap(b, len);
+		tu[i] = now_ns() - t0;
+		if (!(i & 1)) {
+			t0 = now_ns();
+			munmap(a, len);
+			tw[i] = now_ns() - t0;
+		}
+		vt_unwatch(v, x.handle);
+		if (i % 32 == 31)
+			drain(v);
+	}
+	qsort(tw, u, sizeof(double), cmp_double);
+	qsort(tu, u, sizeof(double), cmp_double);
+	printf("munmap of 64 KiB (median of %d): unwatched %.0f ns, watched %.0f ns (%+.0f ns)\n",
+	       u, tu[u / 2], tw[u / 2], tw[u / 2] - tu[u / 2]);
+	free(tw);
+	free(tu);
+	drain(v);
+	return 0;
+}
+
+/* the hit check: one load and a compare, against no check */
+static void bench_valid(struct vt *v, char *buf, long pg, struct vmtrack_watch *w)
+{
+	volatile uint32_t sink = 0;
+	const long H = 20000000;
+	double t0, t;
+
+	vt_watch(v, buf, pg, 1, w);
+	t0 = now_ns();
+	for (long k = 0; k < H; k++)
+		sink += vt_valid(v, w);
+	t = (now_ns() - t0) / H;
+	t0 = now_ns();
+	for (long k = 0; k < H; k++)
+		sink += 1;
+	printf("validity check: %.2f ns (loop without it: %.2f ns)\n", t, (now_ns() - t0) / H);
+	vt_unwatch(v, w->handle);
+}
+
+/* kernel memory per watched range, with n watches (fewer if the module refuses more) */
+static int bench_memory(struct vt *v, char *buf, long pg, struct vmtrack_watch *w, int n)
+{
+	long slab0, slab1;
+	int i;
+
+	drain(v);
+	sync();
+	slab0 = meminfo_kb("Slab");
+	for (i = 0; i < n; i++)
+		if (vt_watch(v, buf + (i % 64) * pg, pg, i, &w[i])) {
+			fprintf(stderr, "watch %d: %s\n", i, strerror(errno));
+			n = i;
+			break;
+		}
+	slab1 = meminfo_kb("Slab");
+	printf("memory per watched range (%d watches): %.0f bytes of slab (watch object and "
+	       "index) + 4 bytes of word page\n", n, (slab1 - slab0) * 1024.0 / n);
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	long pg = vt_page();
@@ -58,7 +166,6 @@ int main(int argc, char **argv)
 	struct vmtrack_watch *w;
 	char *buf;
 	double t0, t;
-	long slab0, slab1;
 	int i, r;
 
 	vt_require_device("kmod_bench");
@@ -83,111 +190,22 @@ int main(int argc, char **argv)
 	vt_watch(&v, buf, pg, 0, &w[0]);
 	vt_unwatch(&v, w[0].handle);
 
-	t0 = now_ns();
-	for (i = 0; i < R; i++) {
-		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[0]) ||
-		    vt_unwatch(&v, w[0].handle)) {
-			perror("watch/unwatch");
-			return 1;
-		}
-	}
-	t = (now_ns() - t0) / R;
+	if (bench_watch_pairs(&v, buf, pg, R, &t))
+		return 1;
 	printf("watch+unwatch (empty file): %.0f ns per range\n", t);
-
 	/* with many watches in place */
 	for (i = 0; i < 10000 && i < n; i++)
 		vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[i]);
-	t0 = now_ns();
-	for (i = 0; i < R; i++) {
-		struct vmtrack_watch x;
-
-		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &x) || vt_unwatch(&v, x.handle)) {
-			perror("watch/unwatch");
-			return 1;
-		}
-	}
-	t = (now_ns() - t0) / R;
+	if (bench_watch_pairs(&v, buf, pg, R, &t))
+		return 1;
 	printf("watch+unwatch (10000 watched): %.0f ns per range\n", t);
 	for (i = 0; i < 10000 && i < n; i++)
 		vt_unwatch(&v, w[i].handle);
 
-	/* munmap of a 64 KiB populated range, watched and unwatched alternately (so that drift
-	 * of an emulated or loaded machine hits both the same); medians */
-	{
-		size_t len = 16 * pg;
-		double *tw = calloc(U, sizeof(double)), *tu = calloc(U, sizeof(double));
-
-		if (!tw || !tu)
-			return 1;
-		for (i = 0; i < U; i++) {
-			char *a = vt_map(len), *b = vt_map(len), *c = vt_map(pg);
-			struct vmtrack_watch x;
-
-			if (!a || !b || !c || vt_watch(&v, a, len, i, &x)) {
-				perror("map/watch");
-				return 1;
-			}
-			/* an untimed munmap first: under TCG the first one after another system
-			 * call pays for re-warming the emulator */
-			munmap(c, pg);
-			/* alternate which one goes first */
-			if (i & 1) {
-				t0 = now_ns();
-				munmap(a, len);
-				tw[i] = now_ns() - t0;
-			}
-			t0 = now_ns();
-			munmap(b, len);
-			tu[i] = now_ns() - t0;
-			if (!(i & 1)) {
-				t0 = now_ns();
-				munmap(a, len);
-				tw[i] = now_ns() - t0;
-			}
-			vt_unwatch(&v, x.handle);
-			if (i % 32 == 31)
-				drain(&v);
-		}
-		qsort(tw, U, sizeof(double), cmp_double);
-		qsort(tu, U, sizeof(double), cmp_double);
-		printf("munmap of 64 KiB (median of %d): unwatched %.0f ns, watched %.0f ns "
-		       "(%+.0f ns)\n", U, tu[U / 2], tw[U / 2], tw[U / 2] - tu[U / 2]);
-		free(tw);
-		free(tu);
-		drain(&v);
-	}
-
-	/* the hit check: one load and a compare, against no check */
-	{
-		volatile uint32_t sink = 0;
-		const long H = 20000000;
-
-		vt_watch(&v, buf, pg, 1, &w[0]);
-		t0 = now_ns();
-		for (long k = 0; k < H; k++)
-			sink += vt_valid(&v, &w[0]);
-		t = (now_ns() - t0) / H;
-		t0 = now_ns();
-		for (long k = 0; k < H; k++)
-			sink += 1;
-		printf("validity check: %.2f ns (loop without it: %.2f ns)\n", t,
-		       (now_ns() - t0) / H);
-		vt_unwatch(&v, w[0].handle);
-	}
-
-	/* kernel memory per watched range */
-	drain(&v);
-	sync();
-	slab0 = meminfo_kb("Slab");
-	for (i = 0; i < n; i++)
-		if (vt_watch(&v, buf + (i % 64) * pg, pg, i, &w[i])) {
-			fprintf(stderr, "watch %d: %s\n", i, strerror(errno));
-			n = i;
-			break;
-		}
-	slab1 = meminfo_kb("Slab");
-	printf("memory per watched range (%d watches): %.0f bytes of slab (watch object and "
-	       "index) + 4 bytes of word page\n", n, (slab1 - slab0) * 1024.0 / n);
+	if (bench_munmap(&v, pg, U))
+		return 1;
+	bench_valid(&v, buf, pg, &w[0]);
+	n = bench_memory(&v, buf, pg, w, n);
 	t0 = now_ns();
 	vt_close(&v);
 	printf("close with %d watches: %.1f ms\n", n, (now_ns() - t0) / 1e6);
