@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "ranges.h"
 #include "vmtrack.h"
 
 /* Starts at 1, and a thread's mark at 0: a thread that never left a monitor call has nothing
@@ -14,10 +15,7 @@ static __thread uint64_t t_mark;
 
 static size_t index_of(const struct vmt_ofi_arms *a, uintptr_t addr, size_t len)
 {
-    uint64_t h = ((uint64_t)addr >> 12) * 0x9e3779b97f4a7c15ull;
-    h ^= (uint64_t)len * 0xc2b2ae3d27d4eb4full;
-    h ^= h >> 31;
-    return (size_t)(h & (a->n - 1));
+    return (size_t)(vmt_ofi_range_hash(addr, len) & (a->n - 1));
 }
 
 int vmt_ofi_arms_init(struct vmt_ofi_arms *a, size_t n)
@@ -45,32 +43,42 @@ void vmt_ofi_arms_fini(struct vmt_ofi_arms *a)
     pthread_mutex_destroy(&a->lock);
 }
 
-bool vmt_ofi_arms_ready(struct vmt_ofi_arms *a, uintptr_t addr, size_t len,
-                        const struct vmt_reg *watch)
+/* Arm watch in e (under the lock); returns the hold to release: the one replaced, or the
+ * caller's when this very watch was armed already (its tick stays the earlier one). */
+static struct vmt_reg *arm_locked(struct vmt_ofi_arm *e, uintptr_t addr, size_t len,
+                                  struct vmt_reg *watch)
+{
+    if (e->watch == watch && e->addr == addr && e->len == len)
+        return watch;
+    struct vmt_reg *old = e->watch;
+    e->addr = addr;
+    e->len = len;
+    e->watch = watch;
+    /* Taken after the watch was: a thread whose mark reaches it left its call later. */
+    e->tick = atomic_fetch_add_explicit(&arm_clock, 1, memory_order_acq_rel) + 1;
+    return old;
+}
+
+bool vmt_ofi_arms_trust(struct vmt_ofi_arms *a, uintptr_t addr, size_t len,
+                       struct vmt_reg *watch)
 {
     pthread_mutex_lock(&a->lock);
-    const struct vmt_ofi_arm *e = &a->v[index_of(a, addr, len)];
-    bool ready = e->watch && e->watch == watch && e->addr == addr && e->len == len &&
-                 e->tick <= t_mark;
+    struct vmt_ofi_arm *e = &a->v[index_of(a, addr, len)];
+    if (e->watch == watch && e->addr == addr && e->len == len && e->tick <= t_mark) {
+        pthread_mutex_unlock(&a->lock);
+        return true;
+    }
+    struct vmt_reg *old = arm_locked(e, addr, len, watch);
     pthread_mutex_unlock(&a->lock);
-    return ready;
+    if (old)
+        vmt_put(old);
+    return false;
 }
 
 void vmt_ofi_arms_set(struct vmt_ofi_arms *a, uintptr_t addr, size_t len, struct vmt_reg *watch)
 {
-    struct vmt_reg *old;
     pthread_mutex_lock(&a->lock);
-    struct vmt_ofi_arm *e = &a->v[index_of(a, addr, len)];
-    if (e->watch == watch && e->addr == addr && e->len == len) {
-        old = watch;   /* armed already: its tick stays the earlier one */
-    } else {
-        old = e->watch;
-        e->addr = addr;
-        e->len = len;
-        e->watch = watch;
-        /* Taken after the watch was: a thread whose mark reaches it left its call later. */
-        e->tick = atomic_fetch_add_explicit(&arm_clock, 1, memory_order_acq_rel) + 1;
-    }
+    struct vmt_reg *old = arm_locked(&a->v[index_of(a, addr, len)], addr, len, watch);
     pthread_mutex_unlock(&a->lock);
     if (old)
         vmt_put(old);

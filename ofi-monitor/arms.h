@@ -47,9 +47,11 @@ struct vmt_ofi_arms {
 int  vmt_ofi_arms_init(struct vmt_ofi_arms *a, size_t n);
 void vmt_ofi_arms_fini(struct vmt_ofi_arms *a);   /* releases every held watch */
 
-/* Is `watch` the range's armed watch, armed before this thread's previous monitor call ended? */
-bool vmt_ofi_arms_ready(struct vmt_ofi_arms *a, uintptr_t addr, size_t len,
-                        const struct vmt_reg *watch);
+/* true: `watch` is the range's armed watch, armed before this thread's previous monitor call
+ * ended (the caller keeps its hold). false: it is not; it is armed now and the table takes the
+ * caller's hold. */
+bool vmt_ofi_arms_trust(struct vmt_ofi_arms *a, uintptr_t addr, size_t len,
+                       struct vmt_reg *watch);
 
 /* Arm `watch` for the range (takes the caller's hold; releases the one it replaces). Re-arming
  * the watch already armed keeps the older tick and releases the caller's hold. */

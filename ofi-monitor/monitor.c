@@ -221,9 +221,8 @@ static int subscribe_range(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
         COUNT(m, subscribes_refused);
         return ret;   /* -EFAULT (unmapped), -ENOTSUP (untrackable), -ENOSPC: not cached */
     }
-    if (!vmt_ofi_arms_ready(&m->arms, addr, len, w)) {
-        /* The watch may be younger than the pages the provider pinned (arms.h). */
-        vmt_ofi_arms_set(&m->arms, addr, len, w);
+    if (!vmt_ofi_arms_trust(&m->arms, addr, len, w)) {
+        /* The watch may be younger than the pages the provider pinned (arms.h); armed now. */
         COUNT(m, subscribes_unarmed);
         COUNT(m, subscribes_refused);
         return -FI_EAGAIN;
@@ -279,7 +278,7 @@ static bool range_valid(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
     bool found = vmt_ofi_ranges_find(&m->ranges, addr, len, &watch, &token);
     if (vmt_get(m->wdev, (void *)addr, len, VMT_ACCESS_READ, &now) < 0)
         now = NULL;
-    if (found && now == watch && now && vmt_ofi_ranges_unchanged(&m->ranges, token)) {
+    if (found && now == watch && vmt_ofi_ranges_unchanged(&m->ranges, token)) {
         vmt_put(now);
         return true;
     }

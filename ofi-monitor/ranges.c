@@ -13,10 +13,7 @@
 
 static size_t bucket_of(const struct vmt_ofi_ranges *t, uintptr_t addr, size_t len)
 {
-    uint64_t h = ((uint64_t)addr >> 12) * 0x9e3779b97f4a7c15ull;
-    h ^= (uint64_t)len * 0xc2b2ae3d27d4eb4full;
-    h ^= h >> 29;
-    return (size_t)(h & (t->buckets - 1));
+    return (size_t)(vmt_ofi_range_hash(addr, len) & (t->buckets - 1));
 }
 
 static struct vmt_ofi_slot *slot_at(struct vmt_ofi_ranges *t, size_t bucket, unsigned way)

@@ -23,6 +23,14 @@ struct vmt_reg;
 
 #define VMT_OFI_WAYS 8u
 
+/* Where a range goes in a table of 2^k places (the ranges' buckets, the arms' slots). */
+static inline uint64_t vmt_ofi_range_hash(uintptr_t addr, size_t len)
+{
+    uint64_t h = ((uint64_t)addr >> 12) * 0x9e3779b97f4a7c15ull;
+    h ^= (uint64_t)len * 0xc2b2ae3d27d4eb4full;
+    return h ^ (h >> 29);
+}
+
 struct vmt_ofi_slot {
     _Atomic uint64_t seq;              /* odd while a writer changes the slot */
     _Atomic uintptr_t addr;
