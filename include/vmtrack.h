@@ -132,6 +132,12 @@ struct vmt_device_ops {
     /* (Extension) VMT_DEVICE_* flags; a caller whose sz ends before this field has none.
      * Zero the whole struct before filling it in: fields added later must read as 0. */
     unsigned flags;
+    /* (Extension) The bytes of this device's registrations the cache keeps, as max_regions
+     * counts them (retired ones still count until deregistered); 0: no limit of the device's
+     * own. A miss that would go past it first evicts this device's least recently used
+     * registrations that nobody holds; held ones stay, so a device whose registrations are all
+     * held goes past it rather than fail (UCX's max_size does the same). Since 0.1. */
+    size_t max_bytes;
 };
 /* The device's reg fails with -EFAULT when any page of the range is not mapped (io_uring fixed
  * buffers and verbs memory regions pin the pages, and pinning finds the hole). The cache then

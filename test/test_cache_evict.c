@@ -1,11 +1,12 @@
 /* Limits and eviction: past max_entries the least recently used entry goes first;
- * max_bytes, the device's region limit and its largest region are kept; a device that says
- * -ENOSPC gets an eviction and one retry. */
+ * max_bytes, the device's region limit, its byte budget and its largest region are kept; a
+ * device that says -ENOSPC gets an eviction and one retry. */
 #include "config.h"
 
 #include <check.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,72 @@ START_TEST(limits_bytes_and_device)
 }
 END_TEST
 
+/* A device's own byte budget (max_bytes): past it, a miss of that device evicts that
+ * device's least recently used registrations, never another device's; held ones stay, so
+ * the device may go past it rather than fail; a caller built before the field has none. */
+START_TEST(device_byte_budget)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    struct fake_device budgeted, other;
+    fake_init(&budgeted, 0);
+    budgeted.ops.max_bytes = 4 * page;
+    fake_init(&other, 0);
+    struct vmt_device *a, *b;
+    ck_assert_int_eq(vmt_device_attach(fx.cache, &budgeted.ops, &budgeted, &a), 0);
+    ck_assert_int_eq(vmt_device_attach(fx.cache, &other.ops, &other, &b), 0);
+    char *base = map_anon(64 * page);
+    vmt_put(get_ok(b, base + 40 * page, page, VMT_ACCESS_READ));
+    for (int i = 0; i < 4; i++)
+        vmt_put(get_ok(a, base + 2 * i * page, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&budgeted.live_bytes), (long)(4 * page));
+    /* Use the oldest; the fifth page must evict the least recently used: #1 only. */
+    vmt_put(get_ok(a, base, page, VMT_ACCESS_READ));
+    vmt_put(get_ok(a, base + 8 * page, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&budgeted.live_bytes), (long)(4 * page));
+    long regs = atomic_load(&budgeted.regs);
+    vmt_put(get_ok(a, base, page, VMT_ACCESS_READ));               /* #0: still cached */
+    ck_assert_int_eq(atomic_load(&budgeted.regs), regs);
+    /* A region of 3 pages makes room for itself: the budget, not the count, decides. */
+    vmt_put(get_ok(a, base + 12 * page, 3 * page, VMT_ACCESS_READ));
+    ck_assert_int_le(atomic_load(&budgeted.live_bytes), (long)(4 * page));
+    ck_assert_int_ge(atomic_load(&budgeted.deregs), 3);
+    /* The other device's registration was never a candidate. */
+    regs = atomic_load(&other.regs);
+    vmt_put(get_ok(b, base + 40 * page, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&other.regs), regs);
+    ck_assert_int_eq(atomic_load(&other.deregs), 0);
+    /* Held registrations stay: three of 2 pages each go past the budget, none fails. */
+    struct vmt_reg *held[3];
+    for (int i = 0; i < 3; i++)
+        held[i] = get_ok(a, base + (20 + 3 * i) * page, 2 * page, VMT_ACCESS_READ);
+    ck_assert_int_ge(atomic_load(&budgeted.live_bytes), (long)(6 * page));
+    for (int i = 0; i < 3; i++)
+        vmt_put(held[i]);
+    /* ...and the next miss brings the device back under it. */
+    vmt_put(get_ok(a, base + 32 * page, page, VMT_ACCESS_READ));
+    ck_assert_int_le(atomic_load(&budgeted.live_bytes), (long)(4 * page));
+    vmt_device_detach(a);
+    vmt_device_detach(b);
+    ck_assert_int_eq(atomic_load(&budgeted.live), 0);
+
+    /* Built against a vmtrack.h without the field: sz ends before it, whatever follows. */
+    struct fake_device old;
+    fake_init(&old, 0);
+    old.ops.sz = offsetof(struct vmt_device_ops, max_bytes);
+    old.ops.max_bytes = page;
+    struct vmt_device *o;
+    ck_assert_int_eq(vmt_device_attach(fx.cache, &old.ops, &old, &o), 0);
+    for (int i = 0; i < 4; i++)
+        vmt_put(get_ok(o, base + 2 * i * page, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&old.live), 4);
+    ck_assert_int_eq(atomic_load(&old.deregs), 0);
+    vmt_device_detach(o);
+    munmap(base, 64 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 START_TEST(evict_and_retry)
 {
     struct fixture fx;
@@ -113,6 +180,7 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const cases[] = {lru_by_entries, limits_bytes_and_device, evict_and_retry, NULL};
+    const TTest *const cases[] = {lru_by_entries, limits_bytes_and_device, device_byte_budget,
+                                  evict_and_retry, NULL};
     return check_run_cases("cache evict", 60, cases);
 }

@@ -226,10 +226,18 @@ private:
     bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
     void lru_push_head(Entry *e) noexcept;
     void lru_unlink(Entry *e) noexcept;
-    size_t evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept;
-    bool over_limits(Device *dev, size_t adding) const noexcept;
-    // At its own limit even once `leaving` of its registrations are deregistered.
-    bool device_full(const Device *dev, size_t leaving) const noexcept;
+    // Evicts at least `want` entries, and more while the cache is past its limits or
+    // for_dev could not take one more registration of adding_bytes.
+    size_t evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes = 0) noexcept;
+    // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
+    bool over_limits(Device *dev, size_t adding_bytes) const noexcept;
+    struct DeviceLeaving {  // a device's registrations retired, not deregistered yet
+        size_t regions = 0;
+        size_t bytes = 0;
+    };
+    // Past its own limits with one more registration of adding_bytes, even once `leaving`
+    // has been deregistered.
+    bool device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept;
     static bool device_checks_mapped(const Device *dev) noexcept
     {
         return dev->ops.flags & VMT_DEVICE_CHECKS_MAPPED;

@@ -1,4 +1,5 @@
-// Eviction: the LRU list of entries and the limits (entries, bytes, a device's regions).
+// Eviction: the LRU list of entries and the limits (entries, bytes, a device's regions and
+// bytes).
 //
 // Invariant: eviction only retires (remove_entry), under the index lock inside a write
 // section, like any other removal; it never deregisters, so a held registration stays valid
@@ -8,6 +9,7 @@
 #include "config.h"
 #include "cache/cache.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "cache/internal.h"
@@ -18,13 +20,11 @@ namespace {
 inline bool tick_after(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
 }  // namespace
 
-bool Cache::over_limits(Device *dev, size_t adding) const noexcept
+bool Cache::over_limits(Device *dev, size_t adding_bytes) const noexcept
 {
     if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
         return true;
-    if (dev && dev->ops.max_regions && dev->regions + (adding ? 1 : 0) > dev->ops.max_regions)
-        return true;
-    return false;
+    return dev && device_full(dev, DeviceLeaving{}, adding_bytes);
 }
 
 void Cache::lru_push_head(Entry *e) noexcept
@@ -51,22 +51,26 @@ void Cache::lru_unlink(Entry *e) noexcept
     e->lru_prev = e->lru_next = nullptr;
 }
 
-bool Cache::device_full(const Device *dev, size_t leaving) const noexcept
+bool Cache::device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
 {
-    return dev->ops.max_regions && dev->regions > leaving &&
-           dev->regions - leaving + 1 > dev->ops.max_regions;
+    // What is leaving is counted in regions and bytes still (retired, not deregistered yet).
+    size_t regions = dev->regions - std::min(leaving.regions, dev->regions);
+    size_t bytes = dev->bytes - std::min(leaving.bytes, dev->bytes);
+    if (dev->ops.max_regions && regions + 1 > dev->ops.max_regions)
+        return true;
+    return dev->ops.max_bytes && bytes + adding_bytes > dev->ops.max_bytes;
 }
 
-size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
+size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes) noexcept
 {
     size_t evicted = 0;
-    // The device's registrations retired here: its count drops only when they are
+    // The device's registrations retired here: its counts drop only when they are
     // deregistered (reclaim), but they are on their way out and make room already.
-    size_t dev_leaving = 0;
+    DeviceLeaving dev_leaving;
     size_t budget = 2 * entry_count_ + 2;
     while (lru_tail_ && budget--) {
         bool need = evicted < want || over_limits(nullptr, 0) ||
-                    (for_dev && device_full(for_dev, dev_leaving));
+                    (for_dev && device_full(for_dev, dev_leaving, adding_bytes));
         if (!need)
             break;
         Entry *e = lru_tail_;
@@ -85,8 +89,11 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want) noexcept
         remove_entry(e);
         add_under_lock(counts_.evictions, uint64_t{1});
         evicted++;
-        if (for_dev && has_dev)
-            dev_leaving++;  // an entry has at most one registration per device
+        if (for_dev && has_dev) {  // an entry has at most one registration per device
+            dev_leaving.regions++;
+            dev_leaving.bytes += e->end.load(std::memory_order_relaxed) -
+                                 e->start.load(std::memory_order_relaxed);
+        }
     }
     return evicted;
 }

@@ -91,7 +91,7 @@ int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
         {
             std::lock_guard<std::mutex> g(lock_);
             write_begin();
-            evict_locked(dev, keep, 1);
+            evict_locked(dev, keep, 1, a1 - a0);
             write_end();
         }
         reclaim();
@@ -230,13 +230,14 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
             plan_union(dev, below, static_cast<Entry *>(above), plan);
         }
         plan->mark = inval_count_;
-        if (!plan->base && over_limits(dev, 1)) {
+        size_t planned_bytes = plan->end - plan->start;
+        if (!plan->base && over_limits(dev, planned_bytes)) {
             write_begin();
-            evict_locked(dev, nullptr, 1);
+            evict_locked(dev, nullptr, 1, planned_bytes);
             write_end();
             // The device's own room comes back only when deregistered: now. Room in the
             // cache's own limits is there already (a batch may wait).
-            device_limited = dev->ops.max_regions != 0;
+            device_limited = dev->ops.max_regions != 0 || dev->ops.max_bytes != 0;
         }
         plan->index_seq = seq_.load(std::memory_order_relaxed);
     }

@@ -52,6 +52,7 @@ const struct vmt_device_ops kVerbsOps = {
     0,
     // ibv_reg_mr pins the pages (ib_umem_get) and fails with EFAULT on a hole
     VMT_DEVICE_CHECKS_MAPPED,
+    0,  // no byte budget: the driver's own limits say -ENOMEM
 };
 
 }  // namespace

@@ -33,6 +33,7 @@ static int fake_reg_fn(void *ctx, void *addr, size_t len, unsigned access, void 
     r->live = 1;
     atomic_fetch_add(&f->regs, 1);
     atomic_fetch_add(&f->live, 1);
+    atomic_fetch_add(&f->live_bytes, (long)len);
     *handle = r;
     return 0;
 }
@@ -44,6 +45,7 @@ static void fake_dereg_fn(void *ctx, void *handle)
     if (!r->live)
         abort(); /* deregistered twice: the cache is broken */
     r->live = 0;
+    atomic_fetch_sub(&f->live_bytes, (long)r->len);
     free(r);
     atomic_fetch_add(&f->deregs, 1);
     atomic_fetch_sub(&f->live, 1);
@@ -56,6 +58,7 @@ void fake_init(struct fake_device *f, size_t max_regions)
     atomic_init(&f->fail_next, 0);
     atomic_init(&f->fail_count, 0);
     atomic_init(&f->live, 0);
+    atomic_init(&f->live_bytes, 0);
     atomic_init(&f->reg_delay_us, 0);
     f->max_live = 0;
     memset(&f->ops, 0, sizeof f->ops);

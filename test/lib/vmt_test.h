@@ -35,6 +35,7 @@ struct fake_device {
     size_t max_live;             /* refuse with -ENOSPC beyond this many live registrations */
     atomic_int reg_delay_us;     /* a registration takes this long (a real device pins pages) */
     atomic_long live;
+    atomic_long live_bytes;      /* of the live registrations */
     struct vmt_device_ops ops;
 };
 
