@@ -3,7 +3,7 @@
 //
 // Locks: `lock_` (the index lock) serialises every change of the index, of entries and of
 // registrations' states; it is never held across a device call, a tracker call that may block,
-// malloc or anything that can unmap memory. Hits take no lock: they read the index inside a
+// malloc or anything that can unmap memory, so its sections are short and it is a SpinLock. Hits take no lock: they read the index inside a
 // sequence-count section (`seq_` odd while a writer changes the index) and record their hold
 // in the calling thread's own record (holds.h).
 //
