@@ -3,7 +3,7 @@
 #   index/    the range index (B+tree), its type-stable pools, per-thread holds
 #   trackers/ the tracker interface, selection, none/pass, hooks + patch engine, uffd, kmod client
 #   devices/  the built-in devices: io_uring fixed buffers, RDMA verbs
-#   util/     environment, log
+#   util/     environment, log, the spinning lock
 lib_LTLIBRARIES += libvmtrack.la
 include_HEADERS += include/vmtrack.h
 vmtrackdevincdir = $(includedir)/vmtrack
@@ -27,7 +27,8 @@ libvmtrack_la_SOURCES = \
 	common/trackers/kmod.cc kmod/uapi/vmtrack_kmod.h \
 	common/devices/iouring.cc common/devices/verbs.cc \
 	common/util/env.cc common/util/env.h \
-	common/util/log.cc common/util/log.h
+	common/util/log.cc common/util/log.h \
+	common/util/spin_lock.cc common/util/spin_lock.h
 libvmtrack_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common $(URING_CFLAGS) $(IBVERBS_CFLAGS)
 libvmtrack_la_LIBADD = $(URING_LIBS) $(IBVERBS_LIBS) -lpthread -ldl
 libvmtrack_la_LDFLAGS = -version-info 0:0:0 -Wl,--version-script=$(srcdir)/common/libvmtrack.map

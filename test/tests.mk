@@ -45,7 +45,7 @@ test_test_cache_threads_LDADD = $(TEST_LDADD)
 # The interval index's walks, compiled in (libvmtrack does not export it).
 check_PROGRAMS += test/test_index_walks
 TESTS += test/test_index_walks
-test_test_index_walks_SOURCES = test/test_index_walks.cc
+test_test_index_walks_SOURCES = test/test_index_walks.cc common/util/spin_lock.cc
 test_test_index_walks_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_srcdir)/test
 test_test_index_walks_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
 test_test_index_walks_LDADD = $(CHECK_LIBS) -lpthread

@@ -3,7 +3,7 @@
 //
 // Locks: `lock_` (the index lock) serialises every change of the index, of entries and of
 // registrations' states; it is never held across a device call, a tracker call that may block,
-// malloc or anything that can unmap memory. Hits take no lock: they read the index inside a
+// malloc or anything that can unmap memory, so its sections are short and it is a SpinLock. Hits take no lock: they read the index inside a
 // sequence-count section (`seq_` odd while a writer changes the index) and record their hold
 // in the calling thread's own record (holds.h).
 //
@@ -19,7 +19,6 @@
 #define VMTRACK_COMMON_CACHE_H
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +31,7 @@
 #include "index/index.h"
 #include "index/pool.h"
 #include "trackers/tracker.h"
+#include "util/spin_lock.h"
 #include "vmtrack.h"
 
 namespace vmt {
@@ -219,7 +219,7 @@ private:
     size_t remove_overlapping(uintptr_t start, uintptr_t end, bool touching) noexcept;
     size_t invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
     bool unmap_in_flight(uintptr_t a0, uintptr_t a1) const noexcept;
-    void wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept;  // until an unmap ends
+    void wait_for_unmaps(std::unique_lock<SpinLock> &g) noexcept;  // until an unmap ends
     // Whether an entry overlaps [start, end): under the lock, or inside a sequence check.
     bool index_overlaps(uintptr_t start, uintptr_t end) const noexcept;
     bool maybe_cached(uintptr_t start, uintptr_t end) const noexcept;  // without the lock
@@ -334,8 +334,8 @@ private:
     static constexpr uint64_t kLockedUnmap = 0, kQuickUnmap = 1;  // unmap_begin's tokens
 
     // ---- writers ----
-    alignas(64) mutable std::mutex lock_;
-    std::condition_variable unmap_done_;
+    alignas(64) mutable SpinLock lock_;
+    FutexEvent unmap_done_;          // an unmap ended (wait_for_unmaps)
     int unmap_waiters_ = 0;          // under lock_: threads in wait_for_unmaps
     std::unique_ptr<Tracker> tracker_;
     std::string tracker_report_;

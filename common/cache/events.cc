@@ -89,7 +89,7 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
     if (t_paused == this) {
         n = invalidate_locked(start, end);
     } else {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         n = invalidate_locked(start, end);
     }
     after_invalidation(n, start, len);
@@ -146,7 +146,7 @@ uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
     }
     size_t n;
     {
-        std::unique_lock<std::mutex> g(lock_);
+        std::unique_lock<SpinLock> g(lock_);
         int found = -1;
         for (int i = 0; i < unmaps_count_; i++)
             if (unmaps_[i].start == start && unmaps_[i].end == end)
@@ -175,7 +175,7 @@ void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
     uintptr_t end = range_end(start, len);
     bool waiters;
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         waiters = unmap_waiters_ != 0;
         for (int i = 0; i < unmaps_count_; i++) {
             if (unmaps_[i].start == start && unmaps_[i].end == end) {
@@ -192,7 +192,7 @@ void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
         unmap_done_.notify_all();
 }
 
-void Cache::wait_for_unmaps(std::unique_lock<std::mutex> &g) noexcept
+void Cache::wait_for_unmaps(std::unique_lock<SpinLock> &g) noexcept
 {
     unmap_waiters_++;
     unmap_done_.wait(g);
@@ -236,7 +236,7 @@ int Cache::flush()
     maybe_after_fork();
     tracker_->poll();
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         if (lru_head_) {
             write_begin();
             while (lru_head_)

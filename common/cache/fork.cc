@@ -68,7 +68,7 @@ void Cache::child_after_fork() noexcept
         memcpy(static_cast<void *>(&c->subs_lock_), &unlocked, sizeof unlocked);
         new (&c->fork_fixup_lock_) std::mutex();
         c->write_depth_ = 0;
-        new (&c->unmap_done_) std::condition_variable();
+        new (&c->unmap_done_) FutexEvent();
         c->unmap_waiters_ = 0;  // the waiting threads were not copied
         c->quick_unmaps_.store(0);  // nor were the unmapping ones
         c->misses_active_.store(0);
@@ -110,7 +110,7 @@ void Cache::maybe_after_fork() noexcept
         VMT_LOG_ERROR("after fork: tracker %s cannot follow the child (%s): caching is off",
                       tracker_->name(), strerror(-rc));
         caching_ = false;
-        std::lock_guard<std::mutex> l(lock_);
+        std::lock_guard<SpinLock> l(lock_);
         for (Device *d = devices_; d; d = d->next)
             d->memo_tag.store(kNoMemo);
     }

@@ -155,7 +155,7 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
     Device *fresh = new (std::nothrow) Device();  // before lock_: malloc may unmap
     if (!fresh)
         return -ENOMEM;
-    std::unique_lock<std::mutex> g(lock_);
+    std::unique_lock<SpinLock> g(lock_);
     for (Device *d = devices_; d; d = d->next) {
         if (d->ops.reg == ops->reg && d->ctx == ctx && !d->detached.load() && !d->forked_away) {
             d->attach_count++;
@@ -189,7 +189,7 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
 void Cache::detach(Device *dev)
 {
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         if (dev->detached.load() || dev->forked_away) {
             misuse("vmt_device_detach(%p): the device is already detached", (void *)dev);
             return;

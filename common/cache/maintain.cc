@@ -12,7 +12,7 @@ int Cache::invalidate_reg(Reg *target)
 {
     maybe_after_fork();
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         if (reg_state(target) != kRegLive)
             return 0;  // out of the index already (retired, or never cached)
         Entry *e = target->entry.load(std::memory_order_relaxed);
@@ -54,7 +54,7 @@ int Cache::flush_device(Device *dev)
     maybe_after_fork();
     tracker_->poll();
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         if (dev->detached.load() || dev->forked_away)
             return -EINVAL;
         write_begin();

@@ -89,7 +89,7 @@ int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
         *may_evict = false;
         counts_.retries.fetch_add(1, std::memory_order_relaxed);
         {
-            std::lock_guard<std::mutex> g(lock_);
+            std::lock_guard<SpinLock> g(lock_);
             write_begin();
             evict_locked(dev, keep, 1, a1 - a0);
             write_end();
@@ -137,7 +137,7 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     r->shared_holds.store(1);
     r->bits.store(access | kRegUncached << 8, std::memory_order_release);
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         dev->regions++;
         dev->bytes += a1 - a0;
     }
@@ -203,7 +203,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
     *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false, false, 0};
     bool device_limited = false;
     {
-        std::unique_lock<std::mutex> g(lock_);
+        std::unique_lock<SpinLock> g(lock_);
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
         // The entries below and above a0 decide both whether the range is cached and what a
@@ -341,7 +341,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     Reg *r = regs_.alloc();
     Entry *ne = plan.base ? nullptr : entries_.alloc();
     bool no_memory = !r || (!plan.base && !ne);
-    std::unique_lock<std::mutex> g(lock_);
+    std::unique_lock<SpinLock> g(lock_);
     if (no_memory || !plan_still_valid(plan)) {
         g.unlock();
         deregister(dev, plan.handle, u1 - u0);

@@ -127,7 +127,7 @@ void Cache::put(Reg *r, bool hold_released)
         size_t len = e->end.load() - e->start.load();
         deregister(dev, r->handle.load(std::memory_order_relaxed), len);
         {
-            std::lock_guard<std::mutex> g(lock_);
+            std::lock_guard<SpinLock> g(lock_);
             dev->regions--;
             dev->bytes -= len;
         }
@@ -210,7 +210,7 @@ size_t Cache::deregister_held(Device *dev) noexcept
         for (;;) {
             Reg *victim = nullptr;
             {
-                std::lock_guard<std::mutex> g(lock_);
+                std::lock_guard<SpinLock> g(lock_);
                 for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
                     if (r->dev.load(std::memory_order_relaxed) == dev &&
                         reg_state(r) == kRegRetired) {
@@ -241,7 +241,7 @@ void Cache::reclaim_pass() noexcept
 {
     Reg *list;
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         list = limbo_;
         limbo_ = nullptr;
         limbo_nonempty_.store(false, std::memory_order_relaxed);
@@ -284,7 +284,7 @@ void Cache::reclaim_pass() noexcept
 Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
 {
     Entry *free_later = nullptr;
-    std::lock_guard<std::mutex> g(lock_);
+    std::lock_guard<SpinLock> g(lock_);
     while (done) {
         Reg *r = done;
         done = r->next.load(std::memory_order_relaxed);

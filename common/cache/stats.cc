@@ -20,7 +20,7 @@ void Cache::stats(struct vmt_stats *s)
     memset(&v, 0, sizeof v);
     v.sz = sizeof v;
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         v.entries = entry_count_;
     }
     v.hits = hits;

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <new>
 
+#include "util/spin_lock.h"
+
 namespace vmt {
 
 template <typename T>
@@ -26,7 +28,7 @@ public:
     // nullptr only when the system refuses memory.
     T *alloc() noexcept
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         if (!free_ && !grow())
             return nullptr;
         T *obj = free_;
@@ -40,7 +42,7 @@ public:
     // once per object.
     bool reserve(size_t count) noexcept
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         while (free_count_ < count)
             if (!grow())
                 return false;
@@ -49,7 +51,7 @@ public:
 
     void free(T *obj) noexcept
     {
-        std::lock_guard<std::mutex> g(lock_);
+        std::lock_guard<SpinLock> g(lock_);
         link(obj)->store(free_, std::memory_order_relaxed);
         free_ = obj;
         free_count_++;
@@ -59,7 +61,7 @@ public:
     // are simply never handed out again); the lock may have been held by a vanished thread.
     void reset_after_fork() noexcept
     {
-        new (&lock_) std::mutex();
+        new (&lock_) SpinLock();
     }
 
 private:
@@ -99,7 +101,7 @@ private:
         }
     }
 
-    std::mutex lock_;
+    SpinLock lock_;
     T *free_ = nullptr;
     size_t free_count_ = 0;  // objects on free_
     Chunk *chunks_list_ = nullptr;

@@ -1,0 +1,83 @@
+// A mutex for short critical sections: a contended lock() spins a little (with pause) before
+// it sleeps on a futex. The cache's locks are held for a few hundred nanoseconds, while a
+// futex sleep and wake-up costs microseconds and a context switch on each side (more on
+// paravirtualised machines, where the wake-up is an IPI); glibc's default mutex sleeps at once.
+//
+// BasicLockable and Lockable, so std::lock_guard and std::unique_lock work with it. The state
+// is one word, so the child of a fork rebuilds it with a placement new, as it would a
+// std::mutex. Waiting for an event under the lock: FutexEvent.
+#ifndef VMTRACK_COMMON_SPIN_LOCK_H
+#define VMTRACK_COMMON_SPIN_LOCK_H
+
+#include <atomic>
+#include <cstdint>
+
+namespace vmt {
+
+// Sleeps while *word == expect (or until woken, or a signal): the caller re-checks.
+void futex_wait(std::atomic<uint32_t> *word, uint32_t expect) noexcept;
+// Wakes up to `count` threads sleeping on word.
+void futex_wake(std::atomic<uint32_t> *word, int count) noexcept;
+
+class SpinLock {
+public:
+    SpinLock() = default;
+    SpinLock(const SpinLock &) = delete;
+    SpinLock &operator=(const SpinLock &) = delete;
+
+    void lock() noexcept
+    {
+        uint32_t expect = kFree;
+        if (__builtin_expect(!state_.compare_exchange_strong(expect, kHeld, std::memory_order_acquire,
+                                                             std::memory_order_relaxed), 0))
+            lock_contended();
+    }
+    bool try_lock() noexcept
+    {
+        uint32_t expect = kFree;
+        return state_.compare_exchange_strong(expect, kHeld, std::memory_order_acquire,
+                                              std::memory_order_relaxed);
+    }
+    void unlock() noexcept
+    {
+        if (__builtin_expect(state_.exchange(kFree, std::memory_order_release) == kSleepers, 0))
+            futex_wake(&state_, 1);
+    }
+
+private:
+    // kSleepers: held, and some thread may sleep on the futex (its unlock must wake one).
+    static constexpr uint32_t kFree = 0, kHeld = 1, kSleepers = 2;
+    void lock_contended() noexcept;
+
+    std::atomic<uint32_t> state_{kFree};
+};
+
+// "Something changed": a thread that holds `lock` and waits for a change (an unmap's end) lets
+// go of the lock, sleeps until notify_all, and takes the lock again. Like a condition variable,
+// the waiter re-checks its condition; unlike std::condition_variable it works with SpinLock,
+// allocates nothing and is rebuilt after fork by a placement new.
+class FutexEvent {
+public:
+    // Under `lock`: returns with it held again, after a notify_all or spuriously.
+    template <typename Lock>
+    void wait(Lock &lock) noexcept
+    {
+        uint32_t seen = generation_.load(std::memory_order_relaxed);
+        lock.unlock();
+        futex_wait(&generation_, seen);
+        lock.lock();
+    }
+    // Under the lock the waiters hold, or after it (a change made under it is then visible).
+    void notify_all() noexcept
+    {
+        generation_.fetch_add(1, std::memory_order_release);
+        futex_wake(&generation_, INT32_MAX);
+    }
+
+private:
+    std::atomic<uint32_t> generation_{0};
+};
+
+}  // namespace vmt
+
+#endif
