@@ -4,6 +4,7 @@
 // across the splits and merges of inserting and erasing.
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 
 #include "index/index.h"
@@ -16,7 +17,8 @@ constexpr uintptr_t kPage = 4096;
 void *value_of(uintptr_t key) { return reinterpret_cast<void *>(key + 1); }
 
 // Every key in the set, its neighbours and the space between them: floor_w against floor
-// (the greatest key <= x) and ceil_w(x + 1) (the smallest key > x).
+// and ceil_w(x + 1), and all of them against the set (the greatest key <= x, the smallest
+// key > x).
 void check_walks(const vmt::RangeIndex &index, const std::set<uintptr_t> &keys)
 {
     std::set<uintptr_t> probes = {0, 1};
@@ -30,6 +32,7 @@ void check_walks(const vmt::RangeIndex &index, const std::set<uintptr_t> &keys)
         ck_assert_ptr_eq(after, index.ceil_w(x + 1));
         auto it = keys.upper_bound(x);
         ck_assert_ptr_eq(after, it == keys.end() ? nullptr : value_of(*it));
+        ck_assert_ptr_eq(below, it == keys.begin() ? nullptr : value_of(*std::prev(it)));
     }
 }
 
