@@ -397,6 +397,99 @@ START_TEST(two_caches_both_hear)
 }
 END_TEST
 
+/* A miss that plans to merge with a cached neighbour must not trust the plan once the
+ * neighbour has left the index: from then on nothing watches the neighbour's pages, so no
+ * tracker hears when they are unmapped, and the merged registration would cover a hole.
+ * Here the device is at its limit: the miss evicts the neighbour, and in the reclaim the
+ * miss runs before it watches, the neighbour's dereg invalidates a third range, whose
+ * dereg (in the reclaim's next pass, after the neighbour was unwatched) unmaps the
+ * neighbour. The miss must end with a registration of the request alone. */
+struct evicted_neighbour {
+    struct vmt_cache *cache;
+    char *neighbour, *third;
+    size_t len;
+    atomic_long live;
+};
+
+struct span_reg {
+    uintptr_t start, end;
+};
+
+static struct evicted_neighbour g_evicted;
+
+static int span_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    (void)ctx, (void)access;
+    struct span_reg *h = malloc(sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    h->start = (uintptr_t)addr;
+    h->end = (uintptr_t)addr + len;
+    *handle = h;
+    atomic_fetch_add(&g_evicted.live, 1);
+    return 0;
+}
+
+static void span_dereg(void *ctx, void *handle)
+{
+    (void)ctx;
+    struct evicted_neighbour *x = &g_evicted;
+    struct span_reg *h = handle;
+    if (h->start == (uintptr_t)x->neighbour && x->third)
+        ck_assert_int_eq(vmt_invalidate(x->cache, x->third, x->len), 0);
+    else if (h->start == (uintptr_t)x->third && x->neighbour)
+        ck_assert_int_eq(munmap(x->neighbour, x->len), 0);
+    free(h);
+    atomic_fetch_sub(&x->live, 1);
+}
+
+START_TEST(evicted_neighbour_unmapped_before_the_watch)
+{
+    struct evicted_neighbour *x = &g_evicted;
+    memset(x, 0, sizeof *x);
+    x->len = 64 * 1024;
+    struct vmt_cache_opts o;
+    memset(&o, 0, sizeof o);
+    o.sz = sizeof o;
+    o.tracker = TRACKER;
+    ck_assert_int_eq(vmt_cache_create(&o, &x->cache), 0);
+    struct vmt_device_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.sz = sizeof ops;
+    ops.name = "span";
+    ops.reg = span_reg;
+    ops.dereg = span_dereg;
+    ops.max_regions = 2;
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(x->cache, &ops, NULL, &dev), 0);
+    /* neighbour | request | hole | third: the third touches nothing */
+    char *p = map_filled(4 * x->len, 0x5a);
+    ck_assert_int_eq(munmap(p + 2 * x->len, x->len), 0);
+    char *request = p + x->len;
+    x->neighbour = p;
+    x->third = p + 3 * x->len;
+    struct vmt_reg *r;
+    unsigned rw = VMT_ACCESS_READ | VMT_ACCESS_WRITE;
+    ck_assert_int_eq(vmt_get(dev, x->neighbour, x->len, rw, &r), 0);
+    vmt_put(r);
+    ck_assert_int_eq(vmt_get(dev, x->third, x->len, rw, &r), 0);  /* the neighbour is LRU */
+    vmt_put(r);
+    ck_assert_int_eq(vmt_get(dev, request, x->len, rw, &r), 0);
+    struct span_reg *h = vmt_reg_handle(r);
+    ck_assert_msg(h->start == (uintptr_t)request && h->end == (uintptr_t)request + x->len,
+                  "%s: registered [%#lx, %#lx) for [%p, %p): over the unmapped neighbour",
+                  TRACKER, (unsigned long)h->start, (unsigned long)h->end, (void *)request,
+                  (void *)(request + x->len));
+    vmt_put(r);
+    ck_assert_int_eq(vmt_get(dev, x->neighbour, x->len, rw, &r), -EFAULT);
+    x->neighbour = x->third = NULL;  /* the device's deregs do nothing more */
+    vmt_device_detach(dev);
+    vmt_cache_destroy(x->cache);
+    ck_assert_int_eq(atomic_load(&x->live), 0);
+    munmap(request, x->len);
+}
+END_TEST
+
 static void tracker_changes_add(TCase *tc)
 {
     tcase_add_test(tc, change_munmap);
@@ -420,6 +513,7 @@ static void tracker_changes_add(TCase *tc)
     tcase_add_test(tc, fork_child_tracks_itself);
     tcase_add_test(tc, start_under_load);
     tcase_add_test(tc, two_caches_both_hear);
+    tcase_add_test(tc, evicted_neighbour_unmapped_before_the_watch);
 }
 
 

@@ -173,12 +173,15 @@ private:
         uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
     };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
-    // Under the lock. true: another thread registered the range meanwhile (hold taken, *out).
+    // Takes the lock. true: another thread registered the range meanwhile (hold taken, *out).
     bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                    ThreadRecord *t, Plan *plan, Reg **out) noexcept;
     // below, above: the entries with the greatest start <= the request's and the smallest
     // start > it (or nullptr).
     void plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noexcept;
+    // plan_miss's look at the index (the lock held): true as plan_miss.
+    bool plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
+                     ThreadRecord *t, Plan *plan, Reg **out) noexcept;
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
@@ -206,7 +209,17 @@ private:
         if (--write_depth_ == 0)
             seq_.fetch_add(1, std::memory_order_release);
     }
+    // An entry leaves the index. remove_entry also logs its range as invalidated: a miss that
+    // planned with the entry (a union that absorbs it, an upgrade) must plan again, since
+    // nothing watches those pages once it is unwatched. unindex_entry does not, for callers
+    // that log the range themselves or replace the entry with one that covers it.
     void remove_entry(Entry *e) noexcept;
+    void unindex_entry(Entry *e) noexcept;
+    void log_invalidation(uintptr_t start, uintptr_t end) noexcept
+    {
+        inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
+        inval_count_++;
+    }
     void retire(Reg *r) noexcept;
     // Retires dev's registrations of e (*retired: whether there was one) and returns e's other
     // registrations, in order, as the list the caller publishes in e->regs.

@@ -37,8 +37,7 @@ inline uintptr_t range_end(uintptr_t start, size_t len)
 
 size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
 {
-    inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
-    inval_count_++;
+    log_invalidation(start, end);
     if (!index_overlaps(start, end))
         return 0;  // the common case: nothing cached there
     write_begin();
@@ -49,12 +48,20 @@ size_t Cache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
 
 size_t Cache::remove_overlapping(uintptr_t start, uintptr_t end, bool touching) noexcept
 {
+    // The callers logged [start, end) or cover it with a new entry: what an entry has outside
+    // it is logged here (remove_entry), so that misses planned with the entry start again.
+    auto remove = [&](Entry *e, uintptr_t e_start, uintptr_t e_end) {
+        if (e_start < start || e_end > end)
+            remove_entry(e);
+        else
+            unindex_entry(e);
+    };
     size_t n = 0;
     Entry *p = static_cast<Entry *>(index_.floor(start));
     if (p) {
         uintptr_t p_end = p->end.load(std::memory_order_relaxed);
         if (p_end > start || (touching && p_end == start)) {
-            remove_entry(p);
+            remove(p, p->start.load(std::memory_order_relaxed), p_end);
             n++;
         }
     }
@@ -63,12 +70,11 @@ size_t Cache::remove_overlapping(uintptr_t start, uintptr_t end, bool touching) 
         uintptr_t e_start = e->start.load(std::memory_order_relaxed);
         if (e_start > end || (e_start == end && !touching))
             break;
-        remove_entry(e);
+        remove(e, e_start, e->end.load(std::memory_order_relaxed));
         n++;
     }
     return n;
 }
-
 
 void Cache::notify_subscribers(uintptr_t start, size_t len) noexcept
 {
@@ -185,8 +191,7 @@ void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
             }
         }
         // A registration that started during the unmap must not be inserted: log it again.
-        inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
-        inval_count_++;
+        log_invalidation(start, end);
     }
     if (waiters)  // most unmaps race nothing: no futex call for them
         unmap_done_.notify_all();

@@ -12,7 +12,9 @@
 // check run without the lock: they may block or unmap memory. The mapped check is no system
 // call of the cache's where the device checks (VMT_DEVICE_CHECKS_MAPPED), and otherwise covers
 // only the request: the cached neighbours a union absorbs are mapped while the tracker (one
-// that sees unmaps) keeps them valid, and one unmapped meanwhile makes the insert fail.
+// that sees unmaps) keeps them valid, and one unmapped meanwhile makes the insert fail. So
+// does one that leaves the index meanwhile (evicted, flushed: remove_entry logs it), since
+// from its unwatch on no tracker that watches ranges (uffd, kmod) hears of its unmap.
 #include "config.h"
 #include "cache/cache.h"
 
@@ -200,49 +202,63 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                       ThreadRecord *t, Plan *plan, Reg **out) noexcept
 {
-    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false, false, 0};
     bool device_limited = false;
     {
         std::unique_lock<SpinLock> g(lock_);
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
-        // The entries below and above a0 decide both whether the range is cached and what a
-        // union absorbs: one walk for all of it.
-        void *above = nullptr;
-        Entry *below = static_cast<Entry *>(index_.floor_w(a0, &above));
-        Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
-        if (e && !watch_changed(e)) {
-            for (Reg *r = e->regs.load(); r; r = r->next.load()) {
-                if (r->dev.load() != dev)
-                    continue;
-                if ((reg_access(r) & access) == access) {
-                    // Another thread registered it meanwhile.
-                    take_hold(t, r);
-                    *out = r;
-                    return true;
-                }
-                plan->access |= reg_access(r);  // an upgrade keeps the rights it had
-            }
-            plan->base = e;
-            plan->start = e->start.load();
-            plan->end = e->end.load();
-        } else if (allow_merge) {
-            plan_union(dev, below, static_cast<Entry *>(above), plan);
-        }
-        plan->mark = inval_count_;
-        size_t planned_bytes = plan->end - plan->start;
-        if (!plan->base && over_limits(dev, planned_bytes)) {
+        for (int round = 0; round < 2; round++) {
+            if (plan_locked(dev, a0, a1, access, allow_merge, t, plan, out))
+                return true;
+            size_t planned_bytes = plan->end - plan->start;
+            if (plan->base || !over_limits(dev, planned_bytes))
+                break;
             write_begin();
             evict_locked(dev, nullptr, 1, planned_bytes);
             write_end();
             // The device's own room comes back only when deregistered: now. Room in the
             // cache's own limits is there already (a batch may wait).
             device_limited = dev->ops.max_regions != 0 || dev->ops.max_bytes != 0;
+            // What went may be an entry the union absorbs: plan again without it, rather
+            // than register a union that insert_plan would refuse.
+            if (!invalidated_since(plan->mark, plan->start, plan->end))
+                break;
         }
         plan->index_seq = seq_.load(std::memory_order_relaxed);
     }
     if (device_limited)
         reclaim();
+    return false;
+}
+
+bool Cache::plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access,
+                        bool allow_merge, ThreadRecord *t, Plan *plan, Reg **out) noexcept
+{
+    *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false, false, 0};
+    // The entries below and above a0 decide both whether the range is cached and what a
+    // union absorbs: one walk for all of it.
+    void *above = nullptr;
+    Entry *below = static_cast<Entry *>(index_.floor_w(a0, &above));
+    Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
+    if (e && !watch_changed(e)) {
+        for (Reg *r = e->regs.load(); r; r = r->next.load()) {
+            if (r->dev.load() != dev)
+                continue;
+            if ((reg_access(r) & access) == access) {
+                // Another thread registered it meanwhile.
+                take_hold(t, r);
+                *out = r;
+                return true;
+            }
+            plan->access |= reg_access(r);  // an upgrade keeps the rights it had
+        }
+        plan->base = e;
+        plan->start = e->start.load();
+        plan->end = e->end.load();
+    } else if (allow_merge) {
+        plan_union(dev, below, static_cast<Entry *>(above), plan);
+    }
+    plan->mark = inval_count_;
     return false;
 }
 
@@ -291,6 +307,8 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
         int rc = tracker_->watch(u0, u1 - u0, &plan->watch);
         if (rc == -ENOTSUP)
             return kMissUncached;
+        if (rc == -EFAULT && (u0 < a0 || u1 > a1))
+            return kMissUnmerged;  // a neighbour went away: the request alone may be mapped
         if (rc < 0)
             return rc;
     }

@@ -79,6 +79,12 @@ Reg *Cache::retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept
 
 void Cache::remove_entry(Entry *e) noexcept
 {
+    log_invalidation(e->start.load(std::memory_order_relaxed), e->end.load(std::memory_order_relaxed));
+    unindex_entry(e);
+}
+
+void Cache::unindex_entry(Entry *e) noexcept
+{
     index_.erase(e->start.load(std::memory_order_relaxed));
     e->in_index = false;
     lru_unlink(e);
