@@ -21,8 +21,6 @@ constexpr int kHitSpins = 64;  // sequence retries before a lock-free reader giv
 constexpr uintptr_t kPageSize = 4096;
 constexpr uintptr_t page_size() { return kPageSize; }
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
-
 // Orders the hold just published before the re-check that follows; the retirer's membarrier
 // is the other half. Where membarrier is missing, the reader pays for a real fence.
 inline void publish_fence()

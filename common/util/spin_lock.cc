@@ -28,7 +28,7 @@ void futex_wake(std::atomic<uint32_t> *word, int count) noexcept
 void SpinLock::lock_contended() noexcept
 {
     for (int i = 0; i < kSpins; i++) {
-        __builtin_ia32_pause();
+        cpu_relax();
         if (state_.load(std::memory_order_relaxed) == kFree && try_lock())
             return;
     }

@@ -14,6 +14,18 @@
 
 namespace vmt {
 
+// One step of a spin-wait: tells the CPU (and a hypervisor) that this thread only waits.
+inline void cpu_relax() noexcept
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 // Sleeps while *word == expect (or until woken, or a signal): the caller re-checks.
 void futex_wait(std::atomic<uint32_t> *word, uint32_t expect) noexcept;
 // Wakes up to `count` threads sleeping on word.
