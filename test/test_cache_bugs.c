@@ -20,6 +20,7 @@
 #include <vmtrack.h>
 
 #include "lib/check_run.h"
+#include "lib/vmt_test.h"
 
 #define PAGE 4096u
 
@@ -33,15 +34,6 @@ static struct vmt_cache *cache_with(const char *tracker, size_t max_entries)
     struct vmt_cache *c = NULL;
     ck_assert_int_eq(vmt_cache_create(&o, &c), 0);
     return c;
-}
-
-static struct vmt_stats stats_of(struct vmt_cache *c)
-{
-    struct vmt_stats s;
-    memset(&s, 0, sizeof s);
-    s.sz = sizeof s;
-    ck_assert_int_eq(vmt_stats_get(c, &s), 0);
-    return s;
 }
 
 static char *map_pages(size_t n)
@@ -98,11 +90,7 @@ static void counting_dereg(void *ctx, void *handle)
 static void counting_init(struct counting_dev *d, size_t max_regions)
 {
     memset(d, 0, sizeof *d);
-    d->ops.sz = sizeof d->ops;
-    d->ops.name = "counting";
-    d->ops.reg = counting_reg;
-    d->ops.dereg = counting_dereg;
-    d->ops.max_regions = max_regions;
+    device_ops_init(&d->ops, "counting", counting_reg, counting_dereg, max_regions);
 }
 
 /* A merged union fails at the device because a neighbour went away after the cache looked:

@@ -25,6 +25,7 @@
 #include <vmtrack.h>
 
 #include "lib/check_run.h"
+#include "lib/vmt_test.h"
 
 #define PAGE 4096u
 #define THREADS 4
@@ -231,12 +232,7 @@ static void run_stress(const char *tracker, int tracks, int checks_mapped)
     }
     ck_assert_int_eq(rc, 0);
     struct vmt_device_ops ops;
-    memset(&ops, 0, sizeof ops);
-    ops.sz = sizeof ops;
-    ops.name = "faulty";
-    ops.reg = fault_reg;
-    ops.dereg = fault_dereg;
-    ops.max_regions = 40;
+    device_ops_init(&ops, "faulty", fault_reg, fault_dereg, 40);
     ops.flags = checks_mapped ? VMT_DEVICE_CHECKS_MAPPED : 0;
     static struct stress s;
     memset(&s, 0, sizeof s);

@@ -454,12 +454,7 @@ START_TEST(evicted_neighbour_unmapped_before_the_watch)
     o.tracker = TRACKER;
     ck_assert_int_eq(vmt_cache_create(&o, &x->cache), 0);
     struct vmt_device_ops ops;
-    memset(&ops, 0, sizeof ops);
-    ops.sz = sizeof ops;
-    ops.name = "span";
-    ops.reg = span_reg;
-    ops.dereg = span_dereg;
-    ops.max_regions = 2;
+    device_ops_init(&ops, "span", span_reg, span_dereg, 2);
     struct vmt_device *dev;
     ck_assert_int_eq(vmt_device_attach(x->cache, &ops, NULL, &dev), 0);
     /* neighbour | request | hole | third: the third touches nothing */

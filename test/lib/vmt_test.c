@@ -61,13 +61,19 @@ void fake_init(struct fake_device *f, size_t max_regions)
     atomic_init(&f->live_bytes, 0);
     atomic_init(&f->reg_delay_us, 0);
     f->max_live = 0;
-    memset(&f->ops, 0, sizeof f->ops);
-    f->ops.sz = sizeof f->ops;
-    f->ops.name = "fake";
-    f->ops.reg = fake_reg_fn;
-    f->ops.dereg = fake_dereg_fn;
-    f->ops.max_regions = max_regions;
-    f->ops.max_region_bytes = 0;
+    device_ops_init(&f->ops, "fake", fake_reg_fn, fake_dereg_fn, max_regions);
+}
+
+void device_ops_init(struct vmt_device_ops *ops, const char *name,
+                     int (*reg)(void *, void *, size_t, unsigned, void **),
+                     void (*dereg)(void *, void *), size_t max_regions)
+{
+    memset(ops, 0, sizeof *ops);
+    ops->sz = sizeof *ops;
+    ops->name = name;
+    ops->reg = reg;
+    ops->dereg = dereg;
+    ops->max_regions = max_regions;
 }
 
 /* ---- a cache with a fake device attached ----------------------------------------------- */

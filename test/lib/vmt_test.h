@@ -39,6 +39,12 @@ struct fake_device {
     struct vmt_device_ops ops;
 };
 
+/* ops zeroed, then sz, name, reg, dereg and max_regions set: every other field reads as
+ * "none", also those added after this test was written. */
+void device_ops_init(struct vmt_device_ops *ops, const char *name,
+                     int (*reg)(void *, void *, size_t, unsigned, void **),
+                     void (*dereg)(void *, void *), size_t max_regions);
+
 /* A fake device that accepts every registration (the device limit is `max_regions`, 0: none);
  * it aborts the program on a second deregistration of one registration. */
 void fake_init(struct fake_device *f, size_t max_regions);
