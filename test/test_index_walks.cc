@@ -68,9 +68,46 @@ START_TEST(floor_w_matches_floor_and_ceil_while_growing_and_shrinking)
 }
 END_TEST
 
+// The miss benchmarks' pattern, the one a cache under its entry limit sees: fresh ranges
+// at rising (or, as mmap hands them out, falling) addresses while the oldest are evicted, a
+// window of 512 sliding through the key space.
+static void slide_window(bool rising)
+{
+    vmt::RangeIndex index;
+    std::set<uintptr_t> keys;
+    constexpr uintptr_t kSteps = 20000, kWindow = 512;
+    auto key_at = [&](uintptr_t i) { return (rising ? i + 1 : kSteps - i) * 32 * kPage; };
+    for (uintptr_t i = 0; i < kSteps; i++) {
+        uintptr_t k = key_at(i);
+        ck_assert(index.insert(k, value_of(k)));
+        keys.insert(k);
+        if (i >= kWindow) {
+            uintptr_t old = key_at(i - kWindow);
+            index.erase(old);
+            keys.erase(old);
+        }
+        if (i % 997 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+}
+
+START_TEST(walks_match_a_sliding_window_rising)
+{
+    slide_window(true);
+}
+END_TEST
+
+START_TEST(walks_match_a_sliding_window_falling)
+{
+    slide_window(false);
+}
+END_TEST
+
 int main()
 {
     const TTest *const cases[] = {floor_w_matches_floor_and_ceil_while_growing_and_shrinking,
-                                  nullptr};
+                                  walks_match_a_sliding_window_rising,
+                                  walks_match_a_sliding_window_falling, nullptr};
     return check_run_cases("index walks", 120, cases);
 }
