@@ -261,6 +261,8 @@ private:
     void reclaim_pass() noexcept;
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.
     void reclaim_if_due() noexcept;
+    void reclaim_unless_busy() noexcept;
+    void run_reclaim_passes() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     void release_entries(Entry *list) noexcept;            // and its part after

@@ -164,7 +164,22 @@ void Cache::reclaim_if_due() noexcept
     if (limbo_new_.load(std::memory_order_relaxed) >= kReclaimBatch ||
         limbo_new_bytes_.load(std::memory_order_relaxed) >= kReclaimBatchBytes ||
         reader_barrier_is_free())
-        reclaim();
+        reclaim_unless_busy();
+}
+
+// A batch that is due need not wait for another thread's pass: that pass, or the next batch,
+// takes what this thread retired. Waiting would cost a futex sleep and then a second barrier
+// for the few registrations retired in between (two threads missing together found their
+// batches due at the same moment and did exactly that).
+void Cache::reclaim_unless_busy() noexcept
+{
+    if (t_in_reclaim) {
+        t_reclaim_again = true;
+        return;
+    }
+    std::unique_lock<std::mutex> rl(reclaim_lock_, std::try_to_lock);
+    if (rl.owns_lock())
+        run_reclaim_passes();
 }
 
 void Cache::reclaim() noexcept
@@ -188,15 +203,19 @@ void Cache::reclaim_settled() noexcept
         t_reclaim_again = true;
         return;
     }
+    std::lock_guard<std::mutex> rl(reclaim_lock_);
+    run_reclaim_passes();
+}
+
+// reclaim_lock_ is held: passes until no put from a device's dereg asks for another.
+void Cache::run_reclaim_passes() noexcept
+{
     t_in_reclaim = true;
-    {
-        std::lock_guard<std::mutex> rl(reclaim_lock_);
-        for (int pass = 0; pass < kReclaimPasses; pass++) {
-            t_reclaim_again = false;
-            reclaim_pass();
-            if (!t_reclaim_again)
-                break;
-        }
+    for (int pass = 0; pass < kReclaimPasses; pass++) {
+        t_reclaim_again = false;
+        reclaim_pass();
+        if (!t_reclaim_again)
+            break;
     }
     t_reclaim_again = false;
     t_in_reclaim = false;
