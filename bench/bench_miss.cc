@@ -164,13 +164,16 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
                      ucx_fresh_ns > 0 ? "(reported, " + fmt(pass / ucx_fresh_ns, 2) + "x UCX miss)"
                                       : "(reported)", ""});
 
-    // Two threads missing on different ranges of one cache, against one thread.
+    // Two threads missing on different ranges of one cache, against one thread. Runs long
+    // enough (tens of milliseconds) that starting the threads and this machine's bursts of
+    // steal do not decide the ratio.
+    const size_t scaling_ops = opt.quick ? 16384 : 32768;
     std::vector<double> wall, cpu;
     for (int r = 0; r < reps; r++) {
         struct miss_result one {}, two {};
-        int rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, fresh, 1, &one);
+        int rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, scaling_ops, 1, &one);
         if (!rc)
-            rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, fresh, 2, &two);
+            rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, scaling_ops, 2, &two);
         if (rc)
             return rc;
         wall.push_back(two.ops_per_sec / one.ops_per_sec);

@@ -4,9 +4,10 @@
 // still find it. retire() takes it out of its entry (under the index lock, in a write section)
 // into limbo_ and moves the memo epoch, so neither the tree nor the memo hands it out again.
 // Retired registrations wait in limbo_ for a batch (kReclaimBatch, or kReclaimBatchBytes), so
-// that one barrier serves many (reclaim_if_due); a device at its own limit, flush, invalidate,
-// detach and the last put of a retired registration reclaim at once (reclaim), and so does
-// every caller where the barrier is free (no other thread owns a thread record).
+// that one barrier serves many (reclaim_if_due, which leaves its batch to a pass already
+// running in another thread rather than wait for it); a device at its own limit, flush,
+// invalidate, detach and the last put of a retired registration reclaim at once (reclaim), and
+// so does every caller where the barrier is free (no other thread owns a thread record).
 // reclaim() then runs reader_barrier(): every reader that published a hold before the
 // retirement is now visible to it, and every later reader sees the moved sequence or epoch
 // and takes its hold back. What is still held after that stays in limbo_ (counted as
