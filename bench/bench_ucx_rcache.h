@@ -9,8 +9,11 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
-/* Page-aligned plain regions, invalidated on VM_UNMAPPED, no PFN check (the ops register
- * nothing), at most max_regions regions and no byte limits. */
+/* Page-aligned plain regions, invalidated on VM_UNMAPPED, at most max_regions regions and no
+ * byte limits: the flags of UCX's ib md (uct_md_set_rcache_params) without PURGE_ON_FORK.
+ * Not UCS_RCACHE_FLAG_NO_PFN_CHECK: in UCX 1.13 the LRU eviction runs only where the PFN check
+ * does (ucs_rcache_create_region), so that flag would also switch max_regions off. The check
+ * itself costs nothing here: UCX_RCACHE_CHECK_PFN is 0 by default. */
 static inline ucs_status_t bench_ucx_rcache_create(const ucs_rcache_ops_t *ops,
                                                    unsigned long max_regions, const char *name,
                                                    ucs_rcache_t **rcache)
@@ -25,7 +28,7 @@ static inline ucs_status_t bench_ucx_rcache_create(const ucs_rcache_ops_t *ops,
     params.ucm_event_priority = 1000;
     params.ops                = ops;
     params.context            = NULL;
-    params.flags              = UCS_RCACHE_FLAG_NO_PFN_CHECK;
+    params.flags              = 0;
     params.max_regions        = max_regions;
     params.max_size           = SIZE_MAX;
     params.max_unreleased     = SIZE_MAX;
