@@ -9,7 +9,15 @@
  * printed, with the ratios and the targets of issue 14:
  *   module / stock, one thread, ns per hit     <= 0.25
  *   module, two threads / one thread, hits/s   >= 1.6   (stock measured alongside)
- * Exit status 0 when both targets hold, 1 when one does not, 77 when something is missing. */
+ * Exit status 0 when both targets hold, 1 when one does not, 77 when something is missing.
+ *
+ *   ./bench/ucx_rcache_bench --misses [ROUNDS]
+ *
+ * The miss workloads of `vmtrack bench --misses` (bench/miss_workloads.h: fresh regions apart
+ * and back to back, 1024 regions at random through 512, a buffer used once) through UCX's API,
+ * stock UCX (its own libc hooks) against the module (hooks tracker), ROUNDS paired rounds
+ * (default 5), each workload's median of the paired ratios against issue 14's target: at most
+ * stock UCX's. Exit status as above. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -33,12 +41,16 @@ struct sample {
     double ns_per_hit, hits_per_sec, hits_per_cpu_sec;
 };
 
-/* One run of the helper; 0 and *s filled, or -1 with the reason on stderr. */
-static int run_once(int module, int threads, const char *hits, struct sample *s)
+/* One run of the helper with `args` (argv[1..], NULL-terminated); 0 and the first `nvals`
+ * numbers it printed in vals, or -1 with the reason on stderr. The module runs with vmtrack's
+ * hooks tracker and UCX's libc patch off; stock UCX keeps its own hooks where it needs their
+ * events (ucx_hooks), else runs without them as the module does. */
+static int run_helper(int module, int ucx_hooks, const char *const *args, int nvals, double *vals)
 {
-    char nthreads[16];
+    const char *argv[8] = {"vmtrack-ucx-bench"};
     int fds[2];
-    snprintf(nthreads, sizeof(nthreads), "%d", threads);
+    for (int i = 0; args[i] && i + 2 < 8; i++)
+        argv[i + 1] = args[i];
     if (pipe(fds) < 0)
         return -1;
     pid_t pid = fork();
@@ -48,32 +60,50 @@ static int run_once(int module, int threads, const char *hits, struct sample *s)
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);    /* both: no libc patch by UCX */
+        if (module || !ucx_hooks)
+            setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        else
+            unsetenv("UCX_MEM_MMAP_HOOK_MODE");
         if (module) {
             setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
             setenv("VMTRACK_TRACKER", "hooks", 1);
         } else {
             unsetenv("LD_PRELOAD");
         }
-        execl(VMT_UCX_BENCH_PATH, "vmtrack-ucx-bench", REGIONS, REGION_BYTES, hits, nthreads,
-              (char *)NULL);
+        execv(VMT_UCX_BENCH_PATH, (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", VMT_UCX_BENCH_PATH, strerror(errno));
         _exit(127);
     }
     close(fds[1]);
     FILE *f = fdopen(fds[0], "r");
-    int got = f ? fscanf(f, "%lf %lf %lf", &s->ns_per_hit, &s->hits_per_sec,
-                         &s->hits_per_cpu_sec) : 0;
+    int got = 0;
+    while (f && got < nvals && fscanf(f, "%lf", &vals[got]) == 1)
+        got++;
     if (f)
         fclose(f);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
-    if (got != 3 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "vmtrack-ucx-bench (%s, %d threads) failed (status %#x)\n",
-                module ? "module" : "stock", threads, st);
+    if (got != nvals || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "vmtrack-ucx-bench %s (%s) failed (status %#x)\n", args[0],
+                module ? "module" : "stock", st);
         return -1;
     }
+    return 0;
+}
+
+/* One run of the hit workload; 0 and *s filled, or -1 with the reason on stderr. */
+static int run_once(int module, int threads, const char *hits, struct sample *s)
+{
+    char nthreads[16];
+    double v[3];
+    snprintf(nthreads, sizeof(nthreads), "%d", threads);
+    const char *args[] = {REGIONS, REGION_BYTES, hits, nthreads, NULL};
+    if (run_helper(module, 0, args, 3, v) < 0)
+        return -1;
+    s->ns_per_hit = v[0];
+    s->hits_per_sec = v[1];
+    s->hits_per_cpu_sec = v[2];
     return 0;
 }
 
@@ -89,8 +119,59 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The miss workloads through UCX's API: stock against the module, paired rounds. */
+static int miss_table(int rounds)
+{
+    static const struct {
+        const char *name, *ops, *what;
+        int once;  /* the figure is what the cache adds to the loop without it */
+    } work[] = {
+        {"fresh-apart", "4096", "first get+put, fresh 64 KiB regions 128 KiB apart", 0},
+        {"fresh-adjacent", "4096", "first get+put, fresh 64 KiB regions back to back", 0},
+        {"random-1024", "20000", "1024 regions at random through 512 (max_regions)", 0},
+        {"once", "2000", "buffer used once: mmap,touch,get,put,munmap, +ns", 1},
+    };
+    int all_met = 1;
+    printf("misses through ucs_rcache_get + ucs_rcache_region_put, null mem_reg, median of %d "
+           "paired rounds (ns per op by CPU time; registrations per op):\n", rounds);
+    printf("%-52s %10s %10s %8s %14s\n", "", "stock ns", "module ns", "ratio", "regs/op s/m");
+    for (size_t k = 0; k < sizeof(work) / sizeof(work[0]); k++) {
+        double ns[2][MAX_ROUNDS], ratio[MAX_ROUNDS], regs[2] = {0, 0};
+        for (int r = 0; r < rounds; r++) {
+            for (int m = 0; m < 2; m++) {
+                const char *args[] = {"miss", work[k].name, work[k].ops, "1", NULL};
+                double v[5];
+                if (run_helper(m, 1, args, 5, v) < 0)
+                    return 77;
+                ns[m][r] = work[k].once ? v[0] - v[3] : v[0];
+                regs[m] = v[4];
+            }
+            ratio[r] = ns[0][r] > 0 ? ns[1][r] / ns[0][r] : 0;
+        }
+        double q = median(ratio, rounds);
+        all_met &= q <= 1.0;
+        printf("%-52s %10.0f %10.0f %7.2fx %7.2f/%-5.2f %s\n", work[k].what,
+               median(ns[0], rounds), median(ns[1], rounds), q, regs[0], regs[1],
+               q <= 1.0 ? "met" : "NOT met");
+    }
+    printf("target (issue 14): each at most stock UCX's (1.0x)\n");
+    return all_met ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--misses") == 0) {
+        int rounds = argc > 2 ? atoi(argv[2]) : 5;
+        if (rounds < 1 || rounds > MAX_ROUNDS) {
+            fprintf(stderr, "usage: %s --misses [ROUNDS (1-%d)]\n", argv[0], MAX_ROUNDS);
+            return 2;
+        }
+        if (access(VMT_UCX_MODULE_PATH, R_OK) || access(VMT_UCX_BENCH_PATH, X_OK)) {
+            printf("SKIP: %s or %s not built\n", VMT_UCX_MODULE_PATH, VMT_UCX_BENCH_PATH);
+            return 77;
+        }
+        return miss_table(rounds);
+    }
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
     const char *hits = argc > 2 ? argv[2] : "2000000";
     /* [module][threads-1][round] */
