@@ -41,7 +41,8 @@ EXTRA_DIST += doc/bench.md
 # ./bench/ucx_rcache_bench [ROUNDS [HITS]] (doc/ucx.md, "Numbers")
 if HAVE_UCX
 check_PROGRAMS += bench/ucx_rcache_bench
-bench_ucx_rcache_bench_SOURCES = bench/ucx_rcache_bench.c
+bench_ucx_rcache_bench_SOURCES = bench/ucx_rcache_bench.c bench/miss_workloads.c \
+	bench/miss_workloads.h
 bench_ucx_rcache_bench_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"' \
 	-DVMT_UCX_BENCH_PATH='"$(abs_top_builddir)/vmtrack-ucx-bench"'

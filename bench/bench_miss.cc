@@ -96,14 +96,14 @@ struct Workload {
 int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::string *json)
 {
     const int reps = opt.quick ? 5 : 9;
-    const size_t fresh = opt.quick ? 2048 : 4096;
+    const size_t fresh = opt.quick ? MISS_OPS_FRESH / 2 : MISS_OPS_FRESH;
     const Workload work[] = {
         {MISS_FRESH_APART, fresh, "first get+put, fresh 64 KiB regions 128 KiB apart", "fresh_apart"},
         {MISS_FRESH_ADJACENT, fresh, "first get+put, fresh 64 KiB regions back to back",
          "fresh_adjacent"},
-        {MISS_RANDOM_1024, opt.quick ? 10000u : 20000u,
+        {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM,
          "1024 regions at random through 512 entries", "random_1024"},
-        {MISS_ONCE, opt.quick ? 1000u : 2000u,
+        {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE,
          "buffer used once: mmap,touch,get,put,munmap, +ns", "once"},
     };
     bool ucx = opt.compare_ucx;

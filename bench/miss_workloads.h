@@ -27,6 +27,11 @@ enum miss_workload {
 
 #define MISS_REGION_BYTES (64u * 1024u)
 #define MISS_CACHE_LIMIT 512u   /* entries (vmtrack) and max_regions (UCX) for these workloads */
+/* Operations per run (`vmtrack bench --misses --quick` halves them), the same for every bench
+ * that runs these workloads. */
+#define MISS_OPS_FRESH 4096u    /* MISS_FRESH_APART, MISS_FRESH_ADJACENT */
+#define MISS_OPS_RANDOM 20000u  /* MISS_RANDOM_1024 */
+#define MISS_OPS_ONCE 2000u     /* MISS_ONCE */
 
 struct miss_result {
     double ns_per_op;        /* CPU time per get+put, per thread (MISS_ONCE: median iteration) */
