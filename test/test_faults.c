@@ -144,11 +144,11 @@ static void check_get(struct stress *s, struct slot *sl)
         }
         return;
     }
+    struct fault_reg *h = vmt_reg_handle(r);
     if (!sl->mapped) {
         /* The hole can be taken by another mapping (an allocator's, ASan's): then the get was
          * of that, made after our unmap, and the slot is not ours any more. A registration that
          * began before the unmap, or a get while nothing is mapped there, is wrong. */
-        struct fault_reg *h = vmt_reg_handle(r);
         if (h->began > sl->fresh && msync(sl->addr, len, MS_ASYNC) == 0) {
             sl->lost = 1;
             atomic_fetch_add(&s->taken, 1);
@@ -157,7 +157,6 @@ static void check_get(struct stress *s, struct slot *sl)
             note(s, "vmt_get succeeded (%d) on unmapped memory at %p", 0, sl->addr);
         }
     } else {
-        struct fault_reg *h = vmt_reg_handle(r);
         uintptr_t a = (uintptr_t)sl->addr;
         if (!h->live || h->start > a || h->end < a + len) {
             atomic_fetch_add(&s->stale, 1);
