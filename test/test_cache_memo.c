@@ -17,13 +17,15 @@
 #include "lib/vmt_test.h"
 
 /* Every retirement moves the cache's retire epoch, and memo slots are valid only at the epoch
- * they were filled at. The epoch starts 1024 retirements short of the wrap of its low half, so
- * these 3000 retirements take it across: no get may ever be answered by a retired
+ * they were filled at. VMTRACK_TEST_EPOCH_WRAP=1 starts it 1024 retirements short of the wrap of
+ * its low half, so these 3000 retirements take it across: no get may ever be answered by a retired
  * registration, before, during or after the memo is cleared. */
 START_TEST(memo_never_stale_across_retirements)
 {
     struct fixture fx;
+    ck_assert_int_eq(setenv("VMTRACK_TEST_EPOCH_WRAP", "1", 1), 0);
     fixture_open(&fx, "none", 0);
+    ck_assert_int_eq(unsetenv("VMTRACK_TEST_EPOCH_WRAP"), 0);
     char *buf = map_anon(8 * page);
     char *other = buf + 4 * page;
     for (int i = 0; i < 3000; i++) {

@@ -323,8 +323,9 @@ private:
     // Moves by 2 at every retirement (under lock_), so its low half is always even and never 0;
     // odd values are the writing marks of slots. Readers compare only the low half: when it
     // wraps, every slot is invalidated first (clear_memo).
-    // It starts 1024 retirements short of the wrap, so that every test run goes through it.
-    std::atomic<uint64_t> epoch_{(1ull << 32) - 2 * 1024};
+    // A wrap costs a write of every slot (2 MiB, ~250 us), once in 2^31 retirements; tests
+    // start the epoch just short of it (VMTRACK_TEST_EPOCH_WRAP, see create) to go through it.
+    std::atomic<uint64_t> epoch_{2};
     uint64_t next_memo_device_ = 1;  // under lock_
 public:
     uintptr_t memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
