@@ -419,6 +419,9 @@ PatchSite g_sites[] = {
     {"sbrk", (void *)hk_sbrk},     {"shmat", (void *)hk_shmat},   {"shmdt", (void *)hk_shmdt},
 };
 constexpr size_t kNumSites = sizeof g_sites / sizeof g_sites[0];
+static_assert(kNumSites <= IntactSet::kMax, "every site fits the quick intact check");
+// Set while patched, under g_patch_mu, before any tracker of the patch checks it.
+IntactSet g_intact;
 
 // Signals are blocked while patching: a handler on this thread that called munmap would wait
 // at `jmp .` for this very thread.
@@ -430,6 +433,7 @@ int patch_in(std::string *why)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_mutex_lock(&g_patch_mu);
     int rc = patch_install(g_sites, kNumSites, why);
+    patch_intact_set(g_sites, kNumSites, &g_intact);
     pthread_mutex_unlock(&g_patch_mu);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return rc;
@@ -442,6 +446,7 @@ void patch_out()
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_mutex_lock(&g_patch_mu);
     patch_remove(g_sites, kNumSites);
+    patch_intact_set(g_sites, kNumSites, &g_intact);
     pthread_mutex_unlock(&g_patch_mu);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
@@ -522,7 +527,7 @@ private:
         if (g_overridden.load(std::memory_order_relaxed)) {
             return false;
         }
-        if (patch_intact(g_sites, kNumSites, nullptr))
+        if (patch_intact_quick(g_intact) || patch_intact(g_sites, kNumSites, nullptr))
             return true;
         pthread_mutex_lock(&g_lock);
         if (!g_overridden.load()) {

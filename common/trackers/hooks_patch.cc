@@ -566,6 +566,18 @@ bool patch_intact(const PatchSite *sites, size_t n, std::string *who)
     return true;
 }
 
+void patch_intact_set(const PatchSite *sites, size_t n, IntactSet *set)
+{
+    set->n = 0;
+    for (size_t i = 0; i < n && set->n < IntactSet::kMax; i++) {
+        if (!sites[i].active)
+            continue;
+        set->qword[set->n] = qword_of(sites[i].entry);
+        set->ours[set->n] = sites[i].patched;
+        set->n++;
+    }
+}
+
 void patch_remove(PatchSite *sites, size_t n)
 {
     bool any = false;

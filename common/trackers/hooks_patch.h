@@ -54,6 +54,28 @@ bool patch_entry_ours(const uint8_t *entry);
 // overwrote and where it jumps now. Cheap (one load per site): called on the miss path.
 bool patch_intact(const PatchSite *sites, size_t n, std::string *who);
 
+// patch_intact's question as the miss path asks it, twice a miss: the active sites' aligned
+// qwords and our bytes in them, gathered once (patch_intact_set) so that the check is a loop
+// of loads with one branch. false means "look again with patch_intact", not "overwritten".
+struct IntactSet {
+    static constexpr size_t kMax = 16;
+    const uint64_t *qword[kMax];
+    uint64_t ours[kMax];
+    size_t n = 0;
+};
+void patch_intact_set(const PatchSite *sites, size_t n, IntactSet *set);
+inline bool patch_intact_quick(const IntactSet &set)
+{
+    uint64_t differ = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        uint64_t v;
+        // A load the compiler may not drop or merge (code is read as data, see code_load).
+        asm volatile("movq (%1), %0" : "=r"(v) : "r"(set.qword[i]));
+        differ |= v ^ set.ours[i];
+    }
+    return differ == 0;
+}
+
 // Patch every site (side effects only on success or partial failure, which is undone).
 int patch_install(PatchSite *sites, size_t n, std::string *why);
 // Restore every active site's saved bytes (leaves alone an entry someone patched over ours).
