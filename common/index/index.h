@@ -103,9 +103,9 @@ public:
     void erase(uintptr_t key) noexcept
     {
         Node *r = root();
-        bool empty = false;
+        bool empty = false, min_moved = false;
         uintptr_t newmin = 0;
-        if (!erase_in(r, key, &empty, &newmin))
+        if (!erase_in(r, key, &empty, &min_moved, &newmin))
             return;
         while (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 1) {
             Node *child = static_cast<Node *>(r->ptrs[0].load(std::memory_order_relaxed));
@@ -255,30 +255,46 @@ private:
         return {r, key(r, 0)};
     }
 
-    // Returns true if found. *empty: n has no keys left; *newmin: n's smallest key now.
-    bool erase_in(Node *n, uintptr_t k, bool *empty, uintptr_t *newmin) noexcept
+    // Returns true if found. *empty: n has no keys left. *min_moved: n's smallest key is now
+    // *newmin (only when the smallest went and n is not empty): the parent's separator follows
+    // it, and nothing above looks at a subtree whose smallest key stayed.
+    bool erase_in(Node *n, uintptr_t k, bool *empty, bool *min_moved, uintptr_t *newmin) noexcept
     {
+        *min_moved = false;
         if (leaf(n)) {
             int i = last_le(n, count(n), k);
             if (i < 0 || key(n, i) != k)
                 return false;
             remove_at(n, (unsigned)i);
-        } else {
-            unsigned i = (unsigned)last_le(n, count(n), k);
-            Node *child = static_cast<Node *>(ptr(n, i));
-            bool child_empty = false;
-            uintptr_t child_min = 0;
-            if (!erase_in(child, k, &child_empty, &child_min))
-                return false;
-            if (child_empty) {
-                remove_at(n, i);
-                nodes_.free(child);
-            } else if (i > 0) {
+            *empty = count(n) == 0;
+            if (i == 0 && !*empty) {
+                *min_moved = true;
+                *newmin = key(n, 0);
+            }
+            return true;
+        }
+        unsigned i = (unsigned)last_le(n, count(n), k);
+        Node *child = static_cast<Node *>(ptr(n, i));
+        bool child_empty = false, child_moved = false;
+        uintptr_t child_min = 0;
+        if (!erase_in(child, k, &child_empty, &child_moved, &child_min))
+            return false;
+        if (child_empty) {
+            remove_at(n, i);
+            nodes_.free(child);
+            if (i == 0 && count(n) > 0) {  // the first child went: n starts at the next one
+                *min_moved = true;
+                *newmin = min_key(n);
+            }
+        } else if (child_moved) {
+            if (i > 0) {
                 n->keys[i].store(child_min, std::memory_order_relaxed);
+            } else {
+                *min_moved = true;
+                *newmin = child_min;
             }
         }
         *empty = count(n) == 0;
-        *newmin = *empty ? 0 : min_key(n);
         return true;
     }
 
