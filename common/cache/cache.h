@@ -174,8 +174,9 @@ private:
     };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
     // Takes the lock. true: another thread registered the range meanwhile (hold taken, *out).
+    // first: the miss's first plan, which counts it.
     bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
-                   ThreadRecord *t, Plan *plan, Reg **out) noexcept;
+                   bool first, ThreadRecord *t, Plan *plan, Reg **out) noexcept;
     // below, above: the entries with the greatest start <= the request's and the smallest
     // start > it (or nullptr).
     void plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noexcept;
@@ -266,8 +267,11 @@ private:
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     void release_entries(Entry *list) noexcept;            // and its part after
-    // The device call and the counters of a deregistration of `len` bytes (no lock needed).
-    void deregister(Device *dev, void *handle, size_t len) noexcept;
+    // The device call of a deregistration; its counters are count_deregistration's, under
+    // lock_ (so that a miss pays no atomic read-modify-write for statistics).
+    static void deregister(Device *dev, void *handle) noexcept { dev->ops.dereg(dev->ctx, handle); }
+    void count_deregistration(size_t len) noexcept;
+    void count_registration(size_t len) noexcept;
     void notify_subscribers(uintptr_t start, size_t len) noexcept;
     void after_invalidation(size_t removed, uintptr_t start, size_t len) noexcept;
     void maybe_after_fork() noexcept;
@@ -293,6 +297,7 @@ private:
     const std::atomic<uint32_t> *always_valid_ = nullptr;  // words_ of trackers without words
     bool caching_ = true;
     bool tracked_ = true;  // the tracker sees unmaps: a valid cached range is mapped
+    bool unwatch_needed_ = true;  // the tracker's unwatch does something (watches_ranges)
     unsigned stat_slot_ = ~0u;
     RangeIndex index_;
 
@@ -391,6 +396,9 @@ private:
 
     // Statistics (hits are counted per thread, see holds.h). One struct, so that the child of
     // a fork resets them all at once (fork.cc): a counter added here cannot be left out.
+    // misses, registrations, deregistrations, evictions, bytes_registered and reclaim_passes
+    // change only under lock_ (add_under_lock): a miss passes through it anyway, and an
+    // atomic add costs it as much as a lock.
     struct Counters {
         std::atomic<uint64_t> hits_shared{0}, misses{0}, registrations{0}, deregistrations{0},
             invalidations{0}, evictions{0}, uncached{0}, merges{0}, upgrades{0}, retries{0},

@@ -81,7 +81,8 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want, size_t add
         if (e == keep || recently_used || (!has_dev && !over_limits(nullptr, 0))) {
             // Second chance: it was used since it last reached the head.
             lru_unlink(e);
-            e->lru_stamp = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+            add_under_lock(tick_, uint32_t{1});
+            e->lru_stamp = tick_.load(std::memory_order_relaxed);
             e->last_use.store(e->lru_stamp, std::memory_order_relaxed);
             lru_push_head(e);
             continue;

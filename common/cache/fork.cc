@@ -72,9 +72,7 @@ void Cache::child_after_fork() noexcept
         c->unmap_waiters_ = 0;  // the waiting threads were not copied
         c->quick_unmaps_.store(0);  // nor were the unmapping ones
         c->misses_active_.store(0);
-        c->entries_.reset_after_fork();
-        c->regs_.reset_after_fork();
-        c->index_.reset_after_fork();
+        c->index_.reset_after_fork();  // the pools were consistent: lock_ was held
         memset(static_cast<void *>(c->memo_), 0, kMemoSlots * sizeof(MemoSlot));
         c->seq_.store(0);
         c->lru_head_ = c->lru_tail_ = nullptr;

@@ -116,14 +116,27 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     rc = reg_evicting(dev, a0, a1, access, nullptr, &may_evict, &handle);
     if (rc < 0)
         return rc;
-    Entry *e = entries_.alloc();
-    Reg *r = regs_.alloc();
-    if (!e || !r) {
-        dev->ops.dereg(dev->ctx, handle);
-        if (e)
-            entries_.free(e);
-        if (r)
-            regs_.free(r);
+    Entry *e;
+    Reg *r;
+    {
+        std::lock_guard<SpinLock> g(lock_);
+        e = entries_.alloc();
+        r = regs_.alloc();
+        if (!e || !r) {
+            if (e)
+                entries_.free(e);
+            if (r)
+                regs_.free(r);
+            e = nullptr;
+        } else {
+            dev->regions++;
+            dev->bytes += a1 - a0;
+            count_registration(a1 - a0);
+            add_under_lock(counts_.misses, uint64_t{1});
+        }
+    }
+    if (!e) {
+        deregister(dev, handle);
         return -ENOMEM;
     }
     e->start.store(a0);
@@ -138,15 +151,7 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     r->next.store(nullptr);
     r->shared_holds.store(1);
     r->bits.store(access | kRegUncached << 8, std::memory_order_release);
-    {
-        std::lock_guard<SpinLock> g(lock_);
-        dev->regions++;
-        dev->bytes += a1 - a0;
-    }
-    counts_.registrations.fetch_add(1, std::memory_order_relaxed);
     counts_.uncached.fetch_add(1, std::memory_order_relaxed);
-    counts_.misses.fetch_add(1, std::memory_order_relaxed);
-    counts_.bytes_registered.fetch_add(a1 - a0, std::memory_order_relaxed);
     *out = r;
     return 0;
 }
@@ -172,7 +177,6 @@ private:
 int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
 {
     MissInProgress counted(this);
-    counts_.misses.fetch_add(1, std::memory_order_relaxed);
     tracker_->poll();
     reclaim_if_due();
     ThreadRecord *t = thread_record();
@@ -183,7 +187,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
     bool may_evict = true;  // once per miss: evict for room on the device, then try again
     for (int attempt = 0; attempt < kMissAttempts; attempt++) {
         Plan plan;
-        if (plan_miss(dev, a0, a1, access, allow_merge, t, &plan, out))
+        if (plan_miss(dev, a0, a1, access, allow_merge, attempt == 0, t, &plan, out))
             return 0;
         rc = register_plan(dev, a0, a1, &plan, &may_evict);
         if (rc == 0)
@@ -200,11 +204,13 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 }
 
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
-                      ThreadRecord *t, Plan *plan, Reg **out) noexcept
+                      bool first, ThreadRecord *t, Plan *plan, Reg **out) noexcept
 {
     bool device_limited = false;
     {
         std::unique_lock<SpinLock> g(lock_);
+        if (first)
+            add_under_lock(counts_.misses, uint64_t{1});
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
         for (int round = 0; round < 2; round++) {
@@ -336,9 +342,7 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
             return kMissUnmerged;
         return rc;
     }
-    counts_.registrations.fetch_add(1, std::memory_order_relaxed);
-    counts_.bytes_registered.fetch_add(u1 - u0, std::memory_order_relaxed);
-    return 0;
+    return 0;  // counted as a registration by insert_plan, under the lock
 }
 
 bool Cache::plan_still_valid(const Plan &plan) const noexcept
@@ -356,19 +360,21 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
                        ThreadRecord *t, Reg **out) noexcept
 {
     uintptr_t u0 = plan.start, u1 = plan.end;
+    std::unique_lock<SpinLock> g(lock_);
     Reg *r = regs_.alloc();
     Entry *ne = plan.base ? nullptr : entries_.alloc();
     bool no_memory = !r || (!plan.base && !ne);
-    std::unique_lock<SpinLock> g(lock_);
+    count_registration(u1 - u0);
     if (no_memory || !plan_still_valid(plan)) {
-        g.unlock();
-        deregister(dev, plan.handle, u1 - u0);
-        if (!plan.base)
-            tracker_->unwatch(u0, u1 - u0, plan.watch);
+        count_deregistration(u1 - u0);
         if (r)
             regs_.free(r);
         if (ne)
             entries_.free(ne);
+        g.unlock();
+        deregister(dev, plan.handle);
+        if (!plan.base)
+            tracker_->unwatch(u0, u1 - u0, plan.watch);
         return no_memory ? -ENOMEM : kMissAgain;
     }
     // seq_ moves with every change of the index (hits rely on it): unmoved since the plan, the
@@ -438,7 +444,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     ne->watch_expect.store(plan.watch.expect, std::memory_order_relaxed);
     ne->last_use.store(0, std::memory_order_relaxed);
     ne->regs_alive = 1;
-    ne->watched = true;
+    ne->watched = unwatch_needed_;
     r->next.store(nullptr, std::memory_order_relaxed);
     r->entry.store(ne, std::memory_order_relaxed);
     ne->regs.store(r, std::memory_order_release);
@@ -451,7 +457,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     lru_push_head(ne);
     entry_count_++;
     bytes_cached_ += u1 - u0;
-    tick_.fetch_add(1, std::memory_order_relaxed);
+    add_under_lock(tick_, uint32_t{1});
     return true;
 }
 

@@ -51,11 +51,16 @@ void Cache::retire(Reg *r) noexcept
     add_under_lock(limbo_total_, size_t{1});
 }
 
-void Cache::deregister(Device *dev, void *handle, size_t len) noexcept
+void Cache::count_deregistration(size_t len) noexcept
 {
-    dev->ops.dereg(dev->ctx, handle);
-    counts_.deregistrations.fetch_add(1, std::memory_order_relaxed);
-    counts_.bytes_registered.fetch_sub(len, std::memory_order_relaxed);
+    add_under_lock(counts_.deregistrations, uint64_t{1});
+    add_under_lock(counts_.bytes_registered, uint64_t{0} - len);
+}
+
+void Cache::count_registration(size_t len) noexcept
+{
+    add_under_lock(counts_.registrations, uint64_t{1});
+    add_under_lock(counts_.bytes_registered, uint64_t{len});
 }
 
 Reg *Cache::retire_device_regs(Entry *e, Device *dev, bool *retired) noexcept
@@ -132,12 +137,11 @@ void Cache::put(Reg *r, bool hold_released)
             return;
         Entry *e = r->entry.load(std::memory_order_relaxed);
         size_t len = e->end.load() - e->start.load();
-        deregister(dev, r->handle.load(std::memory_order_relaxed), len);
-        {
-            std::lock_guard<SpinLock> g(lock_);
-            dev->regions--;
-            dev->bytes -= len;
-        }
+        deregister(dev, r->handle.load(std::memory_order_relaxed));
+        std::lock_guard<SpinLock> g(lock_);
+        dev->regions--;
+        dev->bytes -= len;
+        count_deregistration(len);
         reg_set_state(r, kRegDead);
         regs_.free(r);
         entries_.free(e);
@@ -243,15 +247,16 @@ size_t Cache::deregister_held(Device *dev) noexcept
                         victim = r;
                         break;
                     }
-                if (victim)
+                if (victim) {
                     reg_set_state(victim, kRegDead);
+                    Entry *e = victim->entry.load(std::memory_order_relaxed);
+                    count_deregistration(e->end.load() - e->start.load());
+                }
             }
             if (!victim)
                 break;
             held++;
-            Entry *e = victim->entry.load(std::memory_order_relaxed);
-            deregister(dev, victim->handle.load(std::memory_order_relaxed),
-                       e->end.load() - e->start.load());
+            deregister(dev, victim->handle.load(std::memory_order_relaxed));
         }
         t_in_reclaim = false;
     }
@@ -277,7 +282,6 @@ void Cache::reclaim_pass() noexcept
     if (!list)
         return;
     reader_barrier();
-    counts_.reclaim_passes.fetch_add(1, std::memory_order_relaxed);
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
         Reg *r = list;
@@ -292,11 +296,8 @@ void Cache::reclaim_pass() noexcept
             keep = r;
             continue;
         }
-        if (reg_state(r) != kRegDead) {
-            Device *d = r->dev.load(std::memory_order_relaxed);
-            Entry *e = r->entry.load(std::memory_order_relaxed);
-            deregister(d, r->handle.load(std::memory_order_relaxed), e->end.load() - e->start.load());
-        }
+        if (reg_state(r) != kRegDead)  // Dead: detach deregistered it (deregister_held)
+            deregister(r->dev.load(std::memory_order_relaxed), r->handle.load(std::memory_order_relaxed));
         r->next.store(done, std::memory_order_relaxed);
         done = r;
     }
@@ -311,6 +312,7 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
 {
     Entry *free_later = nullptr;
     std::lock_guard<SpinLock> g(lock_);
+    add_under_lock(counts_.reclaim_passes, uint64_t{1});
     while (done) {
         Reg *r = done;
         done = r->next.load(std::memory_order_relaxed);
@@ -319,11 +321,17 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
         size_t len = e->end.load() - e->start.load();
         d->regions--;
         d->bytes -= len;
+        if (reg_state(r) != kRegDead)  // deregistered by reclaim_pass (not by detach)
+            count_deregistration(len);
         reg_set_state(r, kRegDead);
         g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
         add_under_lock(limbo_total_, ~size_t{0});  // minus one
         regs_.free(r);
         if (--e->regs_alive == 0 && !e->in_index) {
+            if (!e->watched) {  // nothing to unwatch: back to the pool now
+                entries_.free(e);
+                continue;
+            }
             e->lru_next = free_later;  // reuse the link: the entry left the LRU list
             free_later = e;
         }
@@ -338,26 +346,22 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
     return free_later;
 }
 
-// Unwatches the entries (outside the lock), then gives them back to their pool.
+// Unwatches the entries (outside the lock), then gives them back to their pool (under it).
 void Cache::release_entries(Entry *free_later) noexcept
 {
-    Entry *unwatch_list[64];
-    int nunwatch = 0;
+    if (!free_later)
+        return;
+    for (Entry *e = free_later; e; e = e->lru_next) {
+        tracker_->unwatch(e->start.load(), e->end.load() - e->start.load(),
+                          WatchToken{e->watch_handle.load(), e->watch_expect.load()});
+        e->watched = false;
+    }
+    std::lock_guard<SpinLock> g(lock_);
     while (free_later) {
-        nunwatch = 0;
-        while (free_later && nunwatch < 64) {
-            unwatch_list[nunwatch++] = free_later;
-            free_later = free_later->lru_next;
-        }
-        for (int i = 0; i < nunwatch; i++) {
-            Entry *e = unwatch_list[i];
-            if (e->watched)
-                tracker_->unwatch(e->start.load(), e->end.load() - e->start.load(),
-                                  WatchToken{e->watch_handle.load(), e->watch_expect.load()});
-            e->watched = false;
-            e->lru_next = nullptr;
-            entries_.free(e);
-        }
+        Entry *e = free_later;
+        free_later = e->lru_next;
+        e->lru_next = nullptr;
+        entries_.free(e);
     }
 }
 

@@ -127,11 +127,7 @@ public:
             init(r, true);
         root_.store(r, std::memory_order_release);
     }
-    void reset_after_fork() noexcept
-    {
-        nodes_.reset_after_fork();
-        reset();
-    }
+    void reset_after_fork() noexcept { reset(); }
 
 private:
     struct Node {

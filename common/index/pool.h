@@ -5,11 +5,14 @@
 // instead of unmapped memory. Growth uses mmap, never malloc, so it is safe while the cache's
 // index lock is held and inside hooks.
 //
-// Objects are carved from a chunk as they are first needed, not all at once: a fresh chunk
-// faults its pages in one at a time, as the cache grows, instead of 64 page faults (about
-// 150 us on a VM) in the first miss. The chunks of a pool that goes (a cache destroyed) wait
-// in a small process-wide stash for the next pool, as freed memory waits in malloc: a program
-// that creates caches again and again does not fault their memory in each time.
+// A pool has no lock of its own: every alloc and free of a cache's pools (its entries, its
+// registrations, its index's nodes) happens under the cache's index lock, which a miss takes
+// anyway; a lock per pool cost each miss five more atomic exchanges.
+//
+// The chunks of a pool that goes (a cache destroyed) wait in a small process-wide stash for
+// the next pool, as freed memory waits in malloc: a fresh chunk costs 64 page faults (about
+// 150 us on a VM) in the miss that grows the pool, which a program that creates caches again
+// and again paid for each one.
 #ifndef VMTRACK_COMMON_POOL_H
 #define VMTRACK_COMMON_POOL_H
 
@@ -17,10 +20,7 @@
 
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <new>
-
-#include "util/spin_lock.h"
 
 namespace vmt {
 
@@ -70,55 +70,29 @@ public:
     // nullptr only when the system refuses memory.
     T *alloc() noexcept
     {
-        std::lock_guard<SpinLock> g(lock_);
-        if (free_) {
-            T *obj = free_;
-            free_ = link(obj)->load(std::memory_order_relaxed);
-            free_count_--;
-            return obj;
-        }
-        if (carve_left() == 0 && !grow())
+        if (!free_ && !grow())
             return nullptr;
-        T *obj = new (carve_) T();
-        carve_ += sizeof(T);
+        T *obj = free_;
+        free_ = link(obj)->load(std::memory_order_relaxed);
+        free_count_--;
         return obj;
     }
 
     // Whether at least `count` objects are free now, growing if need be: a caller that must
-    // not fail halfway through a change (the index's splits) asks once, under one lock, not
-    // once per object.
+    // not fail halfway through a change (the index's splits) asks once.
     bool reserve(size_t count) noexcept
     {
-        std::lock_guard<SpinLock> g(lock_);
-        // What is left of the current chunk counts; a new chunk replaces it (the rest of the
-        // old one goes on the free list first, so nothing is lost).
-        while (free_count_ + carve_left() < count) {
-            while (carve_left()) {
-                T *obj = new (carve_) T();
-                carve_ += sizeof(T);
-                link(obj)->store(free_, std::memory_order_relaxed);
-                free_ = obj;
-                free_count_++;
-            }
+        while (free_count_ < count)
             if (!grow())
                 return false;
-        }
         return true;
     }
 
     void free(T *obj) noexcept
     {
-        std::lock_guard<SpinLock> g(lock_);
         link(obj)->store(free_, std::memory_order_relaxed);
         free_ = obj;
         free_count_++;
-    }
-
-    // After fork in the child: forget what the parent had in use (its objects stay mapped and
-    // are simply never handed out again); the lock may have been held by a vanished thread.
-    void reset_after_fork() noexcept
-    {
-        new (&lock_) SpinLock();
     }
 
 private:
@@ -129,13 +103,6 @@ private:
     };
     static constexpr size_t kChunkBytes = kPoolChunkBytes;
 
-    // Objects that the current chunk can still give.
-    size_t carve_left() const noexcept
-    {
-        return carve_ ? (size_t)(carve_end_ - carve_) / sizeof(T) : 0;
-    }
-
-    // A new current chunk (the old one must be carved out).
     bool grow() noexcept
     {
         void *mem = ChunkStash::take();
@@ -148,8 +115,14 @@ private:
         Chunk *c = static_cast<Chunk *>(mem);
         c->next = chunks_list_;
         chunks_list_ = c;
-        carve_ = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
-        carve_end_ = static_cast<char *>(mem) + kChunkBytes;
+        char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
+        char *end = static_cast<char *>(mem) + kChunkBytes;
+        for (; p + sizeof(T) <= end; p += sizeof(T)) {
+            T *obj = new (p) T();
+            link(obj)->store(free_, std::memory_order_relaxed);
+            free_ = obj;
+            free_count_++;
+        }
         return true;
     }
 
@@ -161,15 +134,11 @@ private:
                 munmap(chunks_list_, kChunkBytes);
             chunks_list_ = next;
         }
-        carve_ = carve_end_ = nullptr;
     }
 
-    SpinLock lock_;
     T *free_ = nullptr;
     size_t free_count_ = 0;  // objects on free_
     Chunk *chunks_list_ = nullptr;
-    char *carve_ = nullptr;      // the next object of the current chunk
-    char *carve_end_ = nullptr;
 };
 
 }  // namespace vmt

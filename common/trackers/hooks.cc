@@ -516,6 +516,7 @@ public:
         return 0;
     }
     void unwatch(uintptr_t, size_t, WatchToken) noexcept override {}
+    bool watches_ranges() const noexcept override { return false; }
     void poll() noexcept override { check_intact(); }
     std::string describe() const override;
 

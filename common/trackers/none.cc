@@ -23,6 +23,7 @@ public:
         return 0;
     }
     void unwatch(uintptr_t, size_t, WatchToken) noexcept override {}
+    bool watches_ranges() const noexcept override { return false; }
     std::string describe() const override
     {
         return "catches: nothing by itself; the application reports changes with vmt_invalidate()\n";
@@ -35,6 +36,7 @@ public:
     bool caches() const noexcept override { return false; }
     int watch(uintptr_t, size_t, WatchToken *) noexcept override { return -ENOTSUP; }
     void unwatch(uintptr_t, size_t, WatchToken) noexcept override {}
+    bool watches_ranges() const noexcept override { return false; }
     std::string describe() const override
     {
         return "caching: off (every vmt_get registers, the last vmt_put deregisters)\n";

@@ -78,6 +78,10 @@ public:
     // called from a hook: must not allocate or block on the hooked thread.
     virtual void unwatch(uintptr_t start, size_t len, WatchToken token) noexcept = 0;
 
+    // Whether unwatch does anything: false for trackers that watch nothing per range (hooks,
+    // none, pass), whose entries then go back to their pool without an unwatch call.
+    virtual bool watches_ranges() const noexcept { return true; }
+
     // Called on the miss path and by vmt_flush, outside locks: handle pending events.
     virtual void poll() noexcept {}
 
