@@ -26,6 +26,15 @@ static void stress(const char *tracker)
     o.duration_ms = ms ? (unsigned)atoi(ms) : 2000;
     o.min_writes = 100;      /* slow machines (an emulated guest) run longer, up to max_ms */
     o.max_ms = 60000;
+    /* uffd hears of an munmap only after it: the unmapping thread waits for the monitor, but
+     * another thread may map new memory into the hole and hit the stale entry before the
+     * monitor has run (found by this stress, doc/trackers.md). One mutator keeps every
+     * mapping after the unmap it replaces, which is what uffd can promise. */
+    if (!strcmp(tracker, "uffd")) {
+        o.mutators = 1;
+        printf("uffd: one mutator (another thread's mmap into a hole before the monitor ran is "
+               "a known uffd window, not checked here)\n");
+    }
     struct scn_stress_result r;
     int ret = scn_stress(&scn_provider_vmtrack, tracker, &o, &r);
     ck_assert_msg(ret != -ENOTSUP && ret != -ENODEV,
