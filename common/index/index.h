@@ -80,12 +80,27 @@ public:
         return i < 0 ? nullptr : ptr(n, (unsigned)i);
     }
 
-    // false only when out of memory (the tree is unchanged then).
-    bool insert(uintptr_t key, void *value) noexcept
+    // false only when out of memory (the tree is unchanged then). A loop down, then back up
+    // for as long as nodes split.
+    bool insert(uintptr_t k, void *value) noexcept
     {
         if (!reserve_nodes())
             return false;
-        Split s = insert_in(root(), key, value);
+        Node *path[kMaxDepth];
+        unsigned at[kMaxDepth];
+        int depth = 0;
+        Node *n = root();
+        while (!leaf(n)) {
+            if (depth == kMaxDepth)
+                return false;
+            unsigned i = (unsigned)last_le(n, count(n), k);
+            path[depth] = n;
+            at[depth++] = i;
+            n = static_cast<Node *>(ptr(n, i));
+        }
+        Split s = put(n, (unsigned)(last_le(n, count(n), k) + 1), k, value);
+        for (int d = depth - 1; d >= 0 && s.node; d--)
+            s = put(path[d], at[d] + 1, s.key, s.node);
         if (s.node) {
             Node *r = nodes_.alloc();  // reserved above
             init(r, false);
@@ -99,14 +114,49 @@ public:
         return true;
     }
 
-    // Removes key (which must be present).
-    void erase(uintptr_t key) noexcept
+    // Removes k (which must be present). A loop down and back up, not a recursion: an
+    // eviction per miss makes this a third of the index's work there.
+    void erase(uintptr_t k) noexcept
     {
-        Node *r = root();
-        bool empty = false, min_moved = false;
-        uintptr_t newmin = 0;
-        if (!erase_in(r, key, &empty, &min_moved, &newmin))
+        Node *path[kMaxDepth];
+        unsigned at[kMaxDepth];
+        int depth = 0;
+        Node *n = root();
+        while (!leaf(n)) {
+            unsigned c = count(n);
+            if (c == 0 || depth == kMaxDepth)
+                return;
+            unsigned i = (unsigned)last_le(n, c, k);
+            path[depth] = n;
+            at[depth++] = i;
+            n = static_cast<Node *>(ptr(n, i));
+        }
+        int i = last_le(n, count(n), k);
+        if (i < 0 || key(n, (unsigned)i) != k)
             return;
+        remove_at(n, (unsigned)i);
+        // Up the path while a node emptied (its parent drops it) or its smallest key moved
+        // (the parent's separator follows, or, for a first child, the parent's own smallest).
+        bool empty = count(n) == 0;
+        bool moved = i == 0 && !empty;
+        uintptr_t newmin = moved ? key(n, 0) : 0;
+        for (int d = depth - 1; d >= 0 && (empty || moved); d--) {
+            Node *p = path[d];
+            unsigned pi = at[d];
+            if (empty) {
+                remove_at(p, pi);
+                nodes_.free(n);
+                empty = count(p) == 0;
+                moved = pi == 0 && !empty;
+                if (moved)
+                    newmin = min_key(p);
+            } else if (pi > 0) {
+                p->keys[pi].store(newmin, std::memory_order_relaxed);
+                moved = false;
+            }
+            n = p;
+        }
+        Node *r = root();
         while (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 1) {
             Node *child = static_cast<Node *>(r->ptrs[0].load(std::memory_order_relaxed));
             root_.store(child, std::memory_order_release);
@@ -217,81 +267,21 @@ private:
         return r;
     }
 
-    Split insert_in(Node *n, uintptr_t k, void *v) noexcept
+    // (k, v) at pos in n, splitting n if it is full: the new right sibling and its smallest
+    // key for the parent, or {nullptr, 0}.
+    Split put(Node *n, unsigned pos, uintptr_t k, void *v) noexcept
     {
-        if (leaf(n)) {
-            unsigned pos = (unsigned)(last_le(n, count(n), k) + 1);
-            if (count(n) < kFan) {
-                insert_at(n, pos, k, v);
-                return {nullptr, 0};
-            }
-            Node *r = split(n, pos);
-            unsigned left = count(n);
-            if (pos <= left && pos != kFan)
-                insert_at(n, pos, k, v);
-            else
-                insert_at(r, pos - left, k, v);
-            return {r, key(r, 0)};
-        }
-        unsigned i = (unsigned)last_le(n, count(n), k);
-        Split s = insert_in(static_cast<Node *>(ptr(n, i)), k, v);
-        if (!s.node)
-            return s;
-        unsigned pos = i + 1;
         if (count(n) < kFan) {
-            insert_at(n, pos, s.key, s.node);
+            insert_at(n, pos, k, v);
             return {nullptr, 0};
         }
         Node *r = split(n, pos);
         unsigned left = count(n);
         if (pos <= left && pos != kFan)
-            insert_at(n, pos, s.key, s.node);
+            insert_at(n, pos, k, v);
         else
-            insert_at(r, pos - left, s.key, s.node);
+            insert_at(r, pos - left, k, v);
         return {r, key(r, 0)};
-    }
-
-    // Returns true if found. *empty: n has no keys left. *min_moved: n's smallest key is now
-    // *newmin (only when the smallest went and n is not empty): the parent's separator follows
-    // it, and nothing above looks at a subtree whose smallest key stayed.
-    bool erase_in(Node *n, uintptr_t k, bool *empty, bool *min_moved, uintptr_t *newmin) noexcept
-    {
-        *min_moved = false;
-        if (leaf(n)) {
-            int i = last_le(n, count(n), k);
-            if (i < 0 || key(n, i) != k)
-                return false;
-            remove_at(n, (unsigned)i);
-            *empty = count(n) == 0;
-            if (i == 0 && !*empty) {
-                *min_moved = true;
-                *newmin = key(n, 0);
-            }
-            return true;
-        }
-        unsigned i = (unsigned)last_le(n, count(n), k);
-        Node *child = static_cast<Node *>(ptr(n, i));
-        bool child_empty = false, child_moved = false;
-        uintptr_t child_min = 0;
-        if (!erase_in(child, k, &child_empty, &child_moved, &child_min))
-            return false;
-        if (child_empty) {
-            remove_at(n, i);
-            nodes_.free(child);
-            if (i == 0 && count(n) > 0) {  // the first child went: n starts at the next one
-                *min_moved = true;
-                *newmin = min_key(n);
-            }
-        } else if (child_moved) {
-            if (i > 0) {
-                n->keys[i].store(child_min, std::memory_order_relaxed);
-            } else {
-                *min_moved = true;
-                *newmin = child_min;
-            }
-        }
-        *empty = count(n) == 0;
-        return true;
     }
 
     static uintptr_t min_key(const Node *n) noexcept
