@@ -376,7 +376,7 @@ private:
     // Retired since the last reclaim pass (the batch: count and bytes), and all in limbo_
     // (held ones included).
     std::atomic<size_t> limbo_new_{0}, limbo_new_bytes_{0}, limbo_total_{0};
-    std::mutex reclaim_lock_;      // one reclaimer at a time; never taken under lock_
+    SpinLock reclaim_lock_;        // one reclaimer at a time; never taken under lock_
 
     struct Range { uintptr_t start, end; int depth; };
     Range unmaps_[kMaxUnmapsInFlight] {};

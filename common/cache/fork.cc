@@ -61,7 +61,7 @@ void Cache::child_after_fork() noexcept
         // thread in prepare_fork: unlocked (TSan sees that); the locks other threads may
         // have held are rebuilt, those threads are not here.
         c->lock_.unlock();
-        new (&c->reclaim_lock_) std::mutex();
+        new (&c->reclaim_lock_) SpinLock();
         // A thread of the parent may have been in a subscriber's callback, holding this
         // for reading: that thread is not here.
         pthread_rwlock_t unlocked = PTHREAD_RWLOCK_INITIALIZER;

@@ -182,7 +182,7 @@ void Cache::reclaim_unless_busy() noexcept
         t_reclaim_again = true;
         return;
     }
-    std::unique_lock<std::mutex> rl(reclaim_lock_, std::try_to_lock);
+    std::unique_lock<SpinLock> rl(reclaim_lock_, std::try_to_lock);
     if (rl.owns_lock())
         run_reclaim_passes();
 }
@@ -208,7 +208,7 @@ void Cache::reclaim_settled() noexcept
         t_reclaim_again = true;
         return;
     }
-    std::lock_guard<std::mutex> rl(reclaim_lock_);
+    std::lock_guard<SpinLock> rl(reclaim_lock_);
     run_reclaim_passes();
 }
 
@@ -234,7 +234,7 @@ size_t Cache::deregister_held(Device *dev) noexcept
 {
     size_t held = 0;
     {
-        std::lock_guard<std::mutex> rl(reclaim_lock_);
+        std::lock_guard<SpinLock> rl(reclaim_lock_);
         t_in_reclaim = true;
         t_reclaim_again = false;
         for (;;) {
