@@ -511,7 +511,10 @@ public:
     int watch(uintptr_t, size_t, WatchToken *token) noexcept override
     {
         *token = WatchToken{};
-        if (__builtin_expect(g_overridden.load(std::memory_order_relaxed), 0) || !check_intact())
+        // The miss that watches has just polled (check_intact): a patcher that writes over us
+        // after that is found by the next miss, which drops everything cached by then, this
+        // range too, as it does for ranges cached just before the patcher came.
+        if (__builtin_expect(g_overridden.load(std::memory_order_relaxed), 0))
             return -ENOTSUP;  // served uncached: never stale
         return 0;
     }
