@@ -121,14 +121,12 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     {
         std::lock_guard<SpinLock> g(lock_);
         e = entries_.alloc();
-        r = regs_.alloc();
-        if (!e || !r) {
-            if (e)
-                entries_.free(e);
-            if (r)
-                regs_.free(r);
+        r = e ? regs_.alloc() : nullptr;
+        if (e && !r) {
+            entries_.free(e);
             e = nullptr;
-        } else {
+        }
+        if (e) {
             dev->regions++;
             dev->bytes += a1 - a0;
             count_registration(a1 - a0);

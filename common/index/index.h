@@ -89,15 +89,9 @@ public:
         Node *path[kMaxDepth];
         unsigned at[kMaxDepth];
         int depth = 0;
-        Node *n = root();
-        while (!leaf(n)) {
-            if (depth == kMaxDepth)
-                return false;
-            unsigned i = (unsigned)last_le(n, count(n), k);
-            path[depth] = n;
-            at[depth++] = i;
-            n = static_cast<Node *>(ptr(n, i));
-        }
+        Node *n = descend(k, path, at, &depth);
+        if (!n)
+            return false;
         Split s = put(n, (unsigned)(last_le(n, count(n), k) + 1), k, value);
         for (int d = depth - 1; d >= 0 && s.node; d--)
             s = put(path[d], at[d] + 1, s.key, s.node);
@@ -121,16 +115,9 @@ public:
         Node *path[kMaxDepth];
         unsigned at[kMaxDepth];
         int depth = 0;
-        Node *n = root();
-        while (!leaf(n)) {
-            unsigned c = count(n);
-            if (c == 0 || depth == kMaxDepth)
-                return;
-            unsigned i = (unsigned)last_le(n, c, k);
-            path[depth] = n;
-            at[depth++] = i;
-            n = static_cast<Node *>(ptr(n, i));
-        }
+        Node *n = descend(k, path, at, &depth);
+        if (!n)
+            return;
         int i = last_le(n, count(n), k);
         if (i < 0 || key(n, (unsigned)i) != k)
             return;
@@ -265,6 +252,23 @@ private:
         r->count.store(kFan - half, std::memory_order_relaxed);
         n->count.store(half, std::memory_order_relaxed);
         return r;
+    }
+
+    // The leaf where k belongs, with the inner nodes on the way (path) and the child taken in
+    // each (at); nullptr if an inner node is empty or the tree is deeper than kMaxDepth.
+    Node *descend(uintptr_t k, Node **path, unsigned *at, int *depth) const noexcept
+    {
+        Node *n = root();
+        while (!leaf(n)) {
+            unsigned c = count(n);
+            if (c == 0 || *depth == kMaxDepth)
+                return nullptr;
+            unsigned i = (unsigned)last_le(n, c, k);
+            path[*depth] = n;
+            at[(*depth)++] = i;
+            n = static_cast<Node *>(ptr(n, i));
+        }
+        return n;
     }
 
     // (k, v) at pos in n, splitting n if it is full: the new right sibling and its smallest

@@ -54,7 +54,7 @@ bool patch_entry_ours(const uint8_t *entry);
 // overwrote and where it jumps now. Cheap (one load per site): called on the miss path.
 bool patch_intact(const PatchSite *sites, size_t n, std::string *who);
 
-// patch_intact's question as the miss path asks it, twice a miss: the active sites' aligned
+// patch_intact's question as the miss path asks it, once a miss: the active sites' aligned
 // qwords and our bytes in them, gathered once (patch_intact_set) so that the check is a loop
 // of loads with one branch. false means "look again with patch_intact", not "overwritten".
 struct IntactSet {
