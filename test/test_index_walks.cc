@@ -104,10 +104,34 @@ START_TEST(walks_match_a_sliding_window_falling)
 }
 END_TEST
 
+// The random miss workload's pattern: keys of a fixed set come and go in any order, so that
+// nodes split and empty in the middle of the tree while it keeps its size, and searches end
+// at every place of a node (first, last and between: each has its own way in last_le).
+START_TEST(walks_match_random_churn)
+{
+    vmt::RangeIndex index;
+    std::set<uintptr_t> keys;
+    unsigned seed = 11;
+    for (int i = 0; i < 40000; i++) {
+        uintptr_t k = (uintptr_t)(rand_r(&seed) % 1024 + 1) * 2 * kPage;
+        if (keys.erase(k)) {
+            index.erase(k);
+        } else {
+            ck_assert(index.insert(k, value_of(k)));
+            keys.insert(k);
+        }
+        if (i % 997 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+}
+END_TEST
+
 int main()
 {
     const TTest *const cases[] = {floor_w_matches_floor_and_ceil_while_growing_and_shrinking,
                                   walks_match_a_sliding_window_rising,
-                                  walks_match_a_sliding_window_falling, nullptr};
+                                  walks_match_a_sliding_window_falling, walks_match_random_churn,
+                                  nullptr};
     return check_run_cases("index walks", 120, cases);
 }

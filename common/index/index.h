@@ -191,20 +191,25 @@ private:
 
     // Index of the last key <= x, or -1. Inner nodes treat keys[0] as minus infinity (it is
     // not a bound: child 0 takes everything below keys[1]), so for them the answer is >= 0.
-    // A binary search over the sorted keys: a miss walks the tree several times, and 16
-    // compares per level were a third of its instructions. A reader racing a writer may see
-    // keys out of order; it then gets some index below count, and its sequence check fails.
+    // The last and the first place first (a cache that fills and evicts in address order, as
+    // memory handed out at growing addresses makes it, looks there; a branch that is mostly
+    // right is cheap), else a count of the keys <= x without a branch: a
+    // binary search mispredicted about half its steps on lookups spread over the cache.
+    // A reader racing a writer may see keys out of order; it then gets some index below
+    // count, and its sequence check fails.
     static int last_le(const Node *n, unsigned count, uintptr_t x) noexcept
     {
-        unsigned pos = n->leaf.load(std::memory_order_relaxed) ? 0 : 1;
-        unsigned len = count > pos ? count - pos : 0;
-        while (len > 0) {  // pos ends at the first key > x
-            unsigned half = len / 2;
-            bool le = n->keys[pos + half].load(std::memory_order_relaxed) <= x;
-            pos = le ? pos + half + 1 : pos;
-            len = le ? len - half - 1 : half;
-        }
-        return (int)pos - 1;
+        unsigned first = n->leaf.load(std::memory_order_relaxed) ? 0 : 1;
+        if (count > first && count <= (unsigned)kFan && key(n, count - 1) <= x)
+            return (int)count - 1;
+        if (count > 1 && key(n, 1) > x)  // the first child, or in a leaf the first key or none
+            return first ? 0 : (key(n, 0) <= x ? 0 : -1);
+        unsigned below = 0;
+#pragma GCC unroll 16
+        for (unsigned j = 0; j < (unsigned)kFan; j++)
+            below += (unsigned)(j >= first) & (unsigned)(j < count) &
+                     (unsigned)(n->keys[j].load(std::memory_order_relaxed) <= x);
+        return (int)(first + below) - 1;
     }
 
     static uintptr_t key(const Node *n, unsigned i) noexcept { return n->keys[i].load(std::memory_order_relaxed); }
