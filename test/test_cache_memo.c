@@ -1,5 +1,5 @@
 /* The memo of recent lookups: it never answers with a retired registration, across the
- * wrap of the retire epoch. */
+ * wrap of its epoch, and a retirement takes out only its own entry's slots. */
 #include "config.h"
 
 #include <check.h>
@@ -16,24 +16,27 @@
 
 #include "lib/vmt_test.h"
 
-/* Every retirement moves the cache's retire epoch, and memo slots are valid only at the epoch
- * they were filled at. VMTRACK_TEST_EPOCH_WRAP=1 starts it 1024 retirements short of the wrap of
- * its low half, so these 3000 retirements take it across: no get may ever be answered by a retired
- * registration, before, during or after the memo is cleared. */
+/* A retirement invalidates the memo slots of its entry; an entry memoized at more than four
+ * pages moves the cache's memo epoch instead, which invalidates every slot.
+ * VMTRACK_TEST_EPOCH_WRAP=1 starts the epoch 1024 moves short of the wrap of its low half, so
+ * that the 1500 moves here (every other retirement is of such an entry) take it across: no get
+ * may ever be answered by a retired registration, before, during or after the memo is cleared,
+ * by either way of invalidating. */
 START_TEST(memo_never_stale_across_retirements)
 {
     struct fixture fx;
     ck_assert_int_eq(setenv("VMTRACK_TEST_EPOCH_WRAP", "1", 1), 0);
     fixture_open(&fx, "none", 0);
     ck_assert_int_eq(unsetenv("VMTRACK_TEST_EPOCH_WRAP"), 0);
-    char *buf = map_anon(8 * page);
-    char *other = buf + 4 * page;
+    char *buf = map_anon(16 * page);
+    char *other = buf + 12 * page;
     for (int i = 0; i < 3000; i++) {
-        struct vmt_reg *a = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+        struct vmt_reg *a = get_ok(fx.dev, buf, 8 * page, VMT_ACCESS_READ);
         ck_assert_int_eq(atomic_load(&fx.fake.regs), i + 1 + (i > 0));  /* a miss: registered anew */
         vmt_put(a);
-        for (int k = 0; k < 3; k++) {  /* a walk of the index, then memo hits */
-            struct vmt_reg *again = get_ok(fx.dev, buf + 100, 10, VMT_ACCESS_READ);
+        int pages = i % 2 ? 6 : 1;  /* six pages overflow the entry's four memo lanes */
+        for (int k = 0; k < 3 * pages; k++) {  /* a walk of the index, then memo hits */
+            struct vmt_reg *again = get_ok(fx.dev, buf + (k % pages) * page + 100, 10, VMT_ACCESS_READ);
             ck_assert_ptr_eq(again, a);
             struct fake_reg *h = vmt_reg_handle(again);
             ck_assert_int_eq(h->live, 1);
@@ -46,13 +49,40 @@ START_TEST(memo_never_stale_across_retirements)
         ck_assert_int_eq(hb->live, 1);
         ck_assert_ptr_eq(hb->addr, other);
         vmt_put(b);
-        ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+        ck_assert_int_eq(vmt_invalidate(fx.cache, buf, 8 * page), 0);
         ck_assert_int_eq(atomic_load(&fx.fake.deregs), i + 1);
     }
     struct vmt_stats s = stats_of(fx.cache);
     ck_assert_uint_ge(s.memo_wraps, 1);
     ck_assert_uint_ge(s.memo_hits, 3000);
     ck_assert_uint_le(s.memo_hits, s.hits);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    munmap(buf, 16 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
+/* A retirement leaves the memo slots of other entries valid: a range hit between misses that
+ * evict or invalidate other ranges is hit through the memo every time (a cache under its entry
+ * limit retires at every miss; its hot ranges must not walk the index each time). */
+START_TEST(memo_survives_other_retirements)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(8 * page);
+    char *hot = buf + 4 * page;
+    vmt_put(get_ok(fx.dev, hot, page, VMT_ACCESS_READ));  /* cached */
+    vmt_put(get_ok(fx.dev, hot, page, VMT_ACCESS_READ));  /* a walk of the index: memoized */
+    for (int i = 0; i < 200; i++) {
+        vmt_put(get_ok(fx.dev, buf, page, VMT_ACCESS_READ));
+        ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+        uint64_t before = stats_of(fx.cache).memo_hits;
+        struct vmt_reg *h = get_ok(fx.dev, hot, page, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(((struct fake_reg *)vmt_reg_handle(h))->addr, hot);
+        vmt_put(h);
+        ck_assert_uint_eq(stats_of(fx.cache).memo_hits, before + 1);
+    }
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 200);
     ck_assert_int_eq(vmt_flush(fx.cache), 0);
     munmap(buf, 8 * page);
     fixture_close(&fx);
@@ -61,6 +91,7 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const cases[] = {memo_never_stale_across_retirements, NULL};
+    const TTest *const cases[] = {memo_never_stale_across_retirements,
+                                  memo_survives_other_retirements, NULL};
     return check_run_cases("cache memo", 60, cases);
 }

@@ -44,6 +44,7 @@ struct Entry;
 constexpr uint64_t kNoMemo = ~0ull;
 constexpr unsigned kMemoTagShift = 48;
 constexpr uint64_t kMaxMemoDevices = (1ull << (64 - kMemoTagShift)) - 2;
+constexpr uint64_t kMemoSlotsOverflow = ~0ull;
 
 struct Device {
     Cache *cache = nullptr;
@@ -102,6 +103,9 @@ struct Entry {
     std::atomic<uint32_t> watch_handle{0};
     std::atomic<uint32_t> watch_expect{0};
     std::atomic<uint32_t> last_use{0};   // tick of a recent hit (sampled on the memo path)
+    // The memo slots filled with this entry: four lanes of (slot index + 1), 0 free, or
+    // kMemoSlotsOverflow when a fifth was filled (Cache::forget_memo_of).
+    std::atomic<uint64_t> memo_slots{0};
     // Writer-only below (index lock).
     uint32_t lru_stamp = 0;              // tick when placed at the LRU head
     uint32_t regs_alive = 0;             // registrations of this entry not yet freed
@@ -306,10 +310,14 @@ private:
     // (the index is disjoint, so such an entry is the answer). Written only when a lookup had
     // to walk the tree, so steady hits write nothing here.
     // Each slot holds everything a hit needs (one cache line), under `stamp`: (fills << 32) |
-    // retire epoch, odd while a filler writes the slot. A slot is valid while the low half of
-    // its stamp is the cache's retire epoch: every retirement moves the epoch, so a slot can
-    // never hand out a retired registration. Readers check the stamp before and after reading
-    // the rest (a sequence lock whose count also says which epoch the slot belongs to).
+    // memo epoch, odd while a filler writes the slot. A slot is valid while the low half of
+    // its stamp is the cache's memo epoch. A retirement invalidates the slots its entry was
+    // filled into (the entry lists up to four, Entry::memo_slots), or, for an entry filled
+    // into more, moves the epoch, which invalidates every slot; so a slot never hands out a
+    // retired registration, and a retirement leaves the rest of the memo valid (a workload
+    // that evicts at every miss still hits through the memo). Readers check the stamp before
+    // and after reading the rest (a sequence lock whose count also says which epoch the slot
+    // belongs to), and once more after publishing their hold.
     struct alignas(64) MemoSlot {
         std::atomic<uint64_t> stamp;
         std::atomic<uint64_t> tag;     // page | device tag (memo_tag_of)
@@ -325,12 +333,16 @@ private:
     static_assert(sizeof(MemoSlot) == 64, "a memo slot is one cache line");
     static constexpr size_t kMemoSlots = 32768;  // 2 MiB (see map_memo)
     MemoSlot *memo_ = nullptr;
-    // Moves by 2 at every retirement (under lock_), so its low half is always even and never 0;
-    // odd values are the writing marks of slots. Readers compare only the low half: when it
-    // wraps, every slot is invalidated first (clear_memo).
-    // A wrap costs a write of every slot (2 MiB, ~250 us), once in 2^31 retirements; tests
+    // Moves by 2 (under lock_) when every slot must go (an entry with too many slots retired,
+    // a tracker pausing hits), so its low half is always even and never 0; odd values are the
+    // writing marks of slots. Readers compare only the low half: when it wraps, every slot is
+    // invalidated first (clear_memo).
+    // A wrap costs a write of every slot (2 MiB, ~250 us), once in 2^31 moves; tests
     // start the epoch just short of it (VMTRACK_TEST_EPOCH_WRAP, see create) to go through it.
     std::atomic<uint64_t> epoch_{2};
+    // Moves at every retirement, before its slots are invalidated: a filler that read it
+    // before its walk and finds it moved after claiming its slot gives the slot up (memo_fill).
+    std::atomic<uint64_t> retirements_{0};
     uint64_t next_memo_device_ = 1;  // under lock_
 public:
     uintptr_t memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
@@ -338,7 +350,11 @@ public:
     void count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept;
     void reclaim_now() noexcept { reclaim(); }
 private:
-    void memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
+    void memo_fill(uint64_t epoch, uint64_t retirements, Device *dev, uintptr_t addr, Entry *e,
+                   Reg *r) noexcept;
+    void note_memo_slot(Entry *e, size_t slot) noexcept;
+    void invalidate_slot(MemoSlot &m, const Entry *e) noexcept;
+    void forget_memo_of(Entry *e) noexcept;
     void move_epoch() noexcept;
     void clear_memo() noexcept;
 

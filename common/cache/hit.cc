@@ -8,9 +8,10 @@
 //   and checks the sequence again: a retirement either came before its read (the count moved,
 //   the hold is taken back) or sees the hold (reclaim waits for it, after reader_barrier).
 // - A hit through the memo uses a slot only while the slot's stamp carries the cache's current
-//   retire epoch. Every retirement moves the epoch (retire() -> move_epoch()) before the
-//   registration can be deregistered, so a slot filled before a retirement is never valid
-//   after it; a hit that published its hold and then sees the epoch moved backs out.
+//   memo epoch and has not changed since the hit read it. Every retirement invalidates the
+//   slots of its entry (or moves the epoch) before the registration can be deregistered
+//   (retire() -> forget_memo_of()), so a slot filled before a retirement is never valid after
+//   it; a hit that published its hold and then sees the stamp or the epoch moved backs out.
 // - Memo and tree both check the tracker's validity word (kmod) for the entry's watch: a word
 //   that changed means the pages changed, and the miss path drops the entry.
 // - A memo slot is never trusted for the range: its entry must cover the request, and access
@@ -71,7 +72,8 @@ uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end,
     if (!hold_add(t, key))
         return kMemoMiss;  // no free slot: the tree path takes the shared counter
     std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
-    if (epoch_.load(std::memory_order_acquire) != epoch)
+    if (epoch_.load(std::memory_order_acquire) != epoch ||
+        m->stamp.load(std::memory_order_acquire) != stamp)
         return key | kMemoBackout;
     count_memo_hit(t->hits[stat_slot_], m);
     return key;
@@ -102,7 +104,8 @@ inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m
     }
 }
 
-void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+void Cache::memo_fill(uint64_t epoch, uint64_t retirements, Device *dev, uintptr_t addr, Entry *e,
+                      Reg *r) noexcept
 {
     uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
     uintptr_t page = addr >> 12;
@@ -113,7 +116,8 @@ void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg
     uint64_t tag = page | dev_tag;
     // Of the set's two slots, take the one already holding this tag, else one that is stale,
     // else the second (the first keeps the older, still valid page).
-    MemoSlot *set = &memo_[memo_set(tag)];
+    size_t first = memo_set(tag);
+    MemoSlot *set = &memo_[first];
     int way = 1;
     for (int w = 0; w < 2; w++)
         if (set[w].tag.load(std::memory_order_relaxed) == tag ||
@@ -126,11 +130,17 @@ void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg
     if (old & 1)
         return;  // another thread is filling it
     uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
-    if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_acq_rel))
+    if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_seq_cst))
         return;
-    // The epoch read before the lookup must still be the current one, all 64 bits of it: a
-    // filler stopped for 2^31 retirements must not bring back a slot from before the wrap.
-    if (epoch_.load(std::memory_order_seq_cst) != epoch) {
+    // The entry lists the slot before the retirement count is read again; a retirement counts
+    // itself before it reads the list (forget_memo_of). So either this filler sees the count
+    // moved and gives the slot up, or the retirement finds the slot and invalidates it (the
+    // publish below then fails). The epoch read before the lookup must still be the current
+    // one, all 64 bits of it: a filler stopped for 2^31 moves must not bring back a slot from
+    // before the wrap.
+    note_memo_slot(e, first + (size_t)way);
+    if (retirements_.load(std::memory_order_seq_cst) != retirements ||
+        epoch_.load(std::memory_order_seq_cst) != epoch) {
         m.stamp.compare_exchange_strong(writing, writing & ~0xffffffffull, std::memory_order_release);
         return;
     }
@@ -143,8 +153,74 @@ void Cache::memo_fill(uint64_t epoch, Device *dev, uintptr_t addr, Entry *e, Reg
     m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.handle.store(r->handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    // Fails (and leaves the slot invalid) if clear_memo went over it meanwhile.
+    // Fails (and leaves the slot invalid) if a retirement or clear_memo went over it meanwhile.
     m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release);
+}
+
+// Lists the slot in one of the entry's four lanes (unless a lane has it already). With all four
+// taken the entry overflows, and its retirement moves the epoch instead.
+void Cache::note_memo_slot(Entry *e, size_t slot) noexcept
+{
+    uint64_t lane_value = (uint64_t)slot + 1;
+    uint64_t lanes = e->memo_slots.load(std::memory_order_seq_cst);
+    for (;;) {
+        if (lanes == kMemoSlotsOverflow)
+            return;
+        uint64_t next = kMemoSlotsOverflow;
+        for (unsigned i = 0; i < 4; i++) {
+            uint64_t lane = (lanes >> (16 * i)) & 0xffff;
+            if (lane == lane_value)
+                return;
+            if (lane == 0) {
+                next = lanes | (lane_value << (16 * i));
+                break;
+            }
+        }
+        if (e->memo_slots.compare_exchange_weak(lanes, next, std::memory_order_seq_cst))
+            return;
+    }
+}
+
+// Under lock_, as a registration of e retires: no memo slot may hand it out from now on.
+void Cache::forget_memo_of(Entry *e) noexcept
+{
+    retirements_.fetch_add(1, std::memory_order_seq_cst);  // before the lanes: see memo_fill
+    uint64_t lanes = e->memo_slots.load(std::memory_order_seq_cst);
+    if (lanes == kMemoSlotsOverflow) {
+        move_epoch();
+        return;
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        uint64_t lane = (lanes >> (16 * i)) & 0xffff;
+        if (lane)
+            invalidate_slot(memo_[lane - 1], e);
+    }
+}
+
+// The slot, if it holds e or a filler is writing it (that filler then fails to publish). A
+// slot of another entry stays: lanes are never taken back, so a slot that e once had may
+// belong to another entry now.
+void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
+{
+    uint64_t s = m.stamp.load(std::memory_order_seq_cst);
+    for (;;) {
+        if ((uint32_t)s == 0)
+            return;  // invalid, and no filler in it: a later one sees retirements_ moved
+        if (!(s & 1)) {
+            const Entry *holder = m.entry.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            uint64_t again = m.stamp.load(std::memory_order_relaxed);
+            if (again != s) {
+                s = again;
+                continue;
+            }
+            if (holder != e)
+                return;
+        }
+        // A new fill count and epoch 0 (never valid).
+        if (m.stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32, std::memory_order_seq_cst))
+            return;
+    }
 }
 
 // Under lock_. Memo slots filled before this moment stop being valid.
@@ -179,6 +255,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
         uint64_t epoch = epoch_.load(std::memory_order_acquire);
+        uint64_t retirements = retirements_.load(std::memory_order_acquire);
         uint64_t s = seq_.load(std::memory_order_acquire);
         if (s & 1) {
             cpu_relax();
@@ -216,7 +293,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
                 reclaim();
             continue;
         }
-        memo_fill(epoch, dev, addr, e, r);
+        memo_fill(epoch, retirements, dev, addr, e, r);
         uint32_t tick = tick_.load(std::memory_order_relaxed);
         if (e->last_use.load(std::memory_order_relaxed) != tick)
             e->last_use.store(tick, std::memory_order_relaxed);
@@ -405,7 +482,8 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
     slot->store(hold, std::memory_order_relaxed);
     found = key;
     std::atomic_signal_fence(std::memory_order_seq_cst);  // see holds.h
-    if (__builtin_expect(c->epoch_.load(std::memory_order_acquire) != epoch, 0)) {
+    if (__builtin_expect(c->epoch_.load(std::memory_order_acquire) != epoch ||
+                             m->stamp.load(std::memory_order_acquire) != stamp, 0)) {
         found |= kMemoBackout;
         goto rare;
     }

@@ -139,6 +139,7 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     }
     e->start.store(a0);
     e->end.store(a1);
+    e->memo_slots.store(0, std::memory_order_relaxed);
     e->regs.store(r);
     e->in_index = false;
     e->watched = false;
@@ -441,6 +442,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     ne->watch_handle.store(plan.watch.handle, std::memory_order_relaxed);
     ne->watch_expect.store(plan.watch.expect, std::memory_order_relaxed);
     ne->last_use.store(0, std::memory_order_relaxed);
+    ne->memo_slots.store(0, std::memory_order_relaxed);
     ne->regs_alive = 1;
     ne->watched = unwatch_needed_;
     r->next.store(nullptr, std::memory_order_relaxed);

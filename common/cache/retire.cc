@@ -2,7 +2,7 @@
 //
 // Invariant: a registration is deregistered only when no thread holds it and no reader can
 // still find it. retire() takes it out of its entry (under the index lock, in a write section)
-// into limbo_ and moves the memo epoch, so neither the tree nor the memo hands it out again.
+// into limbo_ and invalidates its entry's memo slots, so neither the tree nor the memo hands it out again.
 // Retired registrations wait in limbo_ for a batch (kReclaimBatch, or kReclaimBatchBytes), so
 // that one barrier serves many (reclaim_if_due, which leaves its batch to a pass already
 // running in another thread rather than wait for it); a device at its own limit, flush,
@@ -38,13 +38,13 @@ constexpr size_t kReclaimBatchBytes = 64u << 20;
 
 void Cache::retire(Reg *r) noexcept
 {
-    move_epoch();  // memo slots filled before this moment stop being valid (see MemoSlot)
+    Entry *e = r->entry.load(std::memory_order_relaxed);
+    forget_memo_of(e);  // no memo slot hands r out from here on (see MemoSlot)
     reg_set_state(r, kRegRetired);
     g_retired_regs.fetch_add(1, std::memory_order_relaxed);
     r->next.store(limbo_, std::memory_order_relaxed);
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
-    Entry *e = r->entry.load(std::memory_order_relaxed);
     add_under_lock(limbo_new_, size_t{1});
     add_under_lock(limbo_new_bytes_, size_t{e->end.load(std::memory_order_relaxed) -
                                             e->start.load(std::memory_order_relaxed)});
