@@ -87,8 +87,8 @@ int run_ucx(enum miss_workload w, size_t ops, int threads, double out[5])
 struct Workload {
     enum miss_workload w;
     size_t ops;
-    const char *what;
     const char *key;  // in the JSON object
+    bool target;      // issue 12's table holds it to <= 1.0x UCX; otherwise reported
 };
 
 }  // namespace
@@ -98,13 +98,11 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
     const int reps = opt.quick ? 5 : 9;
     const size_t fresh = opt.quick ? MISS_OPS_FRESH / 2 : MISS_OPS_FRESH;
     const Workload work[] = {
-        {MISS_FRESH_APART, fresh, "first get+put, fresh 64 KiB regions 128 KiB apart", "fresh_apart"},
-        {MISS_FRESH_ADJACENT, fresh, "first get+put, fresh 64 KiB regions back to back",
-         "fresh_adjacent"},
-        {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM,
-         "1024 regions at random through 512 entries", "random_1024"},
-        {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE,
-         "buffer used once: mmap,touch,get,put,munmap, +ns", "once"},
+        {MISS_FRESH_APART, fresh, "fresh_apart", true},
+        {MISS_FRESH_ADJACENT, fresh, "fresh_adjacent", true},
+        {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM, "random_1024", true},
+        {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE, "once", true},
+        {MISS_HOT_CHURN, opt.quick ? MISS_OPS_HOT / 2 : MISS_OPS_HOT, "hot_churn", false},
     };
     bool ucx = opt.compare_ucx;
     double ucx_fresh_ns = -1;
@@ -133,15 +131,19 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
         double v = median(v_ns), uv = median(u_ns), ratio = median(ratios);
         if (k.w == MISS_FRESH_APART)
             ucx_fresh_ns = uv;
-        rows->push_back({std::string(k.what), fmt(v, 0), "ns", ucx ? "<= 1.0x UCX" : "(reported)",
-                         ""});
+        rows->push_back({miss_workload_title(k.w), fmt(v, 0), "ns",
+                         ucx && k.target ? "<= 1.0x UCX" : "(reported)", ""});
         if (ucx) {
             rows->push_back({"  UCX 1.13 rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
                              "(baseline)", ""});
             // Below zero: what vmtrack adds is smaller than the run-to-run noise of the loop.
-            rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
-                             ratio < 0 ? "<= 1.0x (below noise)" : "<= 1.0x",
-                             verdict(!ratios.empty() && ratio <= 1.0)});
+            if (k.target)
+                rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
+                                 ratio < 0 ? "<= 1.0x (below noise)" : "<= 1.0x",
+                                 verdict(!ratios.empty() && ratio <= 1.0)});
+            else
+                rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
+                                 "(reported)", ""});
         }
         // What each cache did: a registration per operation is a miss, none a hit (UCX 1.13
         // grows past max_regions rather than evict).

@@ -16,12 +16,28 @@
 #define RANDOM_IDX 65536u   /* random region numbers, cycled: the generator is not timed */
 #define PAGE 4096u
 
+#define HOT_REGIONS 64u
+#define CHURN_REGIONS 4032u
+
 static const char *const workload_names[] = {"fresh-apart", "fresh-adjacent", "random-1024",
-                                             "once"};
+                                             "once", "hot-churn"};
+static const char *const workload_titles[] = {
+    "first get+put, fresh 64 KiB regions 128 KiB apart",
+    "first get+put, fresh 64 KiB regions back to back",
+    "1024 regions at random through 512 entries",
+    "buffer used once: mmap,touch,get,put,munmap, +ns",
+    "64 hot regions (9 gets in 10) while 4032 churn",
+};
 
 const char *miss_workload_name(enum miss_workload w)
 {
     return (unsigned)w < sizeof workload_names / sizeof workload_names[0] ? workload_names[w] : "?";
+}
+
+const char *miss_workload_title(enum miss_workload w)
+{
+    return (unsigned)w < sizeof workload_titles / sizeof workload_titles[0] ? workload_titles[w]
+                                                                           : "?";
 }
 
 int miss_workload_parse(const char *name)
@@ -95,17 +111,34 @@ static int run_fresh(struct miss_thread *t, size_t stride, pthread_barrier_t *st
     return t->err;
 }
 
-static int run_random(struct miss_thread *t, pthread_barrier_t *start)
+/* Region numbers for the random workloads: any of 1024, or the hot-and-churn mix. */
+static uint32_t *random_regions(struct miss_thread *t, int hot)
 {
-    size_t span = (size_t)RANDOM_REGIONS * STRIDE_APART;
     uint32_t *idx = malloc(RANDOM_IDX * sizeof *idx);
+    for (size_t i = 0; idx && i < RANDOM_IDX; i++) {
+        unsigned r = (unsigned)rand_r(&t->seed);
+        if (!hot)
+            idx[i] = r % RANDOM_REGIONS;
+        else if (r % 10)
+            idx[i] = (r / 10) % HOT_REGIONS;
+        else
+            idx[i] = HOT_REGIONS + (r / 10) % CHURN_REGIONS;
+    }
+    return idx;
+}
+
+/* Gets at the regions idx names, cycled; the cache is warmed with a pass over the first of
+ * them, untimed. */
+static int run_random(struct miss_thread *t, int hot, pthread_barrier_t *start)
+{
+    size_t regions = hot ? HOT_REGIONS + CHURN_REGIONS : RANDOM_REGIONS;
+    size_t span = regions * STRIDE_APART;
+    uint32_t *idx = random_regions(t, hot);
     char *base = map_span(span);
     if (!idx || !base)
         t->err = -ENOMEM;
-    for (size_t i = 0; idx && i < RANDOM_IDX; i++)
-        idx[i] = (uint32_t)rand_r(&t->seed) % RANDOM_REGIONS;
     for (size_t i = 0; !t->err && i < RANDOM_REGIONS; i++)  /* warm: the cache is full */
-        t->err = get_put(t->cache, base + i * STRIDE_APART);
+        t->err = get_put(t->cache, base + (size_t)(hot ? idx[i] : i) * STRIDE_APART);
     pthread_barrier_wait(start);
     if (!t->err) {
         t->regs = registrations(t->cache);
@@ -192,7 +225,10 @@ static void *miss_thread_main(void *arg)
         run_fresh(t, MISS_REGION_BYTES, t->start);
         break;
     case MISS_RANDOM_1024:
-        run_random(t, t->start);
+        run_random(t, 0, t->start);
+        break;
+    case MISS_HOT_CHURN:
+        run_random(t, 1, t->start);
         break;
     case MISS_ONCE:
         run_once(t, t->start);

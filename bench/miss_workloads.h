@@ -23,6 +23,8 @@ enum miss_workload {
     MISS_FRESH_ADJACENT,  /* the same, regions back to back */
     MISS_RANDOM_1024,     /* 1024 regions 128 KiB apart at random (through a 512-entry cache) */
     MISS_ONCE,            /* mmap 64 KiB, touch, get, put, munmap; and the same without get/put */
+    MISS_HOT_CHURN,       /* 9 gets in 10 on 64 hot regions, the rest over 4032 others: the hot
+                           * ones stay cached while the others evict one another */
 };
 
 #define MISS_REGION_BYTES (64u * 1024u)
@@ -32,6 +34,7 @@ enum miss_workload {
 #define MISS_OPS_FRESH 4096u    /* MISS_FRESH_APART, MISS_FRESH_ADJACENT */
 #define MISS_OPS_RANDOM 20000u  /* MISS_RANDOM_1024 */
 #define MISS_OPS_ONCE 2000u     /* MISS_ONCE */
+#define MISS_OPS_HOT 40000u     /* MISS_HOT_CHURN */
 
 struct miss_result {
     double ns_per_op;        /* CPU time per get+put, per thread (MISS_ONCE: median iteration) */
@@ -43,6 +46,8 @@ struct miss_result {
 
 /* The workload's name on the command line of vmtrack-ucx-bench, and back; -1 if unknown. */
 const char *miss_workload_name(enum miss_workload w);
+/* What the benches print for it. */
+const char *miss_workload_title(enum miss_workload w);
 int miss_workload_parse(const char *name);
 
 /* Runs `ops` operations of the workload in each of `threads` threads (each on its own memory),

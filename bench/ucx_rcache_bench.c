@@ -131,12 +131,13 @@ static int miss_table(int rounds)
     static const struct {
         enum miss_workload w;
         unsigned ops;
-        const char *what;
+        int target;  /* issue 14 holds it to stock's; otherwise reported */
     } work[] = {
-        {MISS_FRESH_APART, MISS_OPS_FRESH, "first get+put, fresh 64 KiB regions 128 KiB apart"},
-        {MISS_FRESH_ADJACENT, MISS_OPS_FRESH, "first get+put, fresh 64 KiB regions back to back"},
-        {MISS_RANDOM_1024, MISS_OPS_RANDOM, "1024 regions at random through 512 (max_regions)"},
-        {MISS_ONCE, MISS_OPS_ONCE, "buffer used once: mmap,touch,get,put,munmap, +ns"},
+        {MISS_FRESH_APART, MISS_OPS_FRESH, 1},
+        {MISS_FRESH_ADJACENT, MISS_OPS_FRESH, 1},
+        {MISS_RANDOM_1024, MISS_OPS_RANDOM, 1},
+        {MISS_ONCE, MISS_OPS_ONCE, 1},
+        {MISS_HOT_CHURN, MISS_OPS_HOT, 0},
     };
     int all_met = 1;
     printf("misses through ucs_rcache_get + ucs_rcache_region_put, null mem_reg, median of %d "
@@ -161,12 +162,16 @@ static int miss_table(int rounds)
         }
         double q = nratios ? median(ratio, nratios) : 0;
         int met = nratios && q <= 1.0;
-        all_met &= met;
-        printf("%-52s %10.0f %10.0f %7.2fx %7.2f/%-5.2f %s\n", work[k].what,
+        if (work[k].target)
+            all_met &= met;
+        printf("%-52s %10.0f %10.0f %7.2fx %7.2f/%-5.2f %s\n", miss_workload_title(work[k].w),
                median(ns[0], rounds), median(ns[1], rounds), q, regs[0], regs[1],
-               met ? "met" : nratios ? "NOT met" : "NOT met (no round with a stock figure)");
+               !work[k].target ? "(reported)"
+               : met           ? "met"
+               : nratios       ? "NOT met"
+                               : "NOT met (no round with a stock figure)");
     }
-    printf("target (issue 14): each at most stock UCX's (1.0x)\n");
+    printf("target (issue 14): each of the first four at most stock UCX's (1.0x)\n");
     return all_met ? 0 : 1;
 }
 
