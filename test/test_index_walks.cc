@@ -1,6 +1,6 @@
-// The interval index's writer-side walks (common/index/index.h), against the plain searches
-// they stand for: a miss takes the entry below its start and the one above from floor_w's one
-// walk, so floor_w must agree with floor and ceil_w everywhere, at every depth of the tree and
+// The interval index's walks (common/index/index.h), against the plain searches they stand
+// for: a miss takes the entry below its start and the one above from floor_w's one walk (or
+// from floor_r's, the failed hit's), so both must agree with floor and ceil_w everywhere, at every depth of the tree and
 // across the splits and merges of inserting and erasing.
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +30,13 @@ void check_walks(const vmt::RangeIndex &index, const std::set<uintptr_t> &keys)
         void *below = index.floor_w(x, &after);
         ck_assert_ptr_eq(below, index.floor(x));
         ck_assert_ptr_eq(after, index.ceil_w(x + 1));
+        // The reader's walk that a miss may take its neighbours from: with no writer running
+        // it always knows the one above.
+        void *after_r = reinterpret_cast<void *>(0x5a);
+        bool known = false;
+        ck_assert_ptr_eq(index.floor_r(x, &after_r, &known), below);
+        ck_assert(known);
+        ck_assert_ptr_eq(after_r, after);
         auto it = keys.upper_bound(x);
         ck_assert_ptr_eq(after, it == keys.end() ? nullptr : value_of(*it));
         ck_assert_ptr_eq(below, it == keys.begin() ? nullptr : value_of(*std::prev(it)));

@@ -176,17 +176,27 @@ private:
         bool touches_nothing;    // merging, no entry overlapped or touched the request
         uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
     };
-    int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
+    // What a failed walk of the tree saw of the request's neighbours: the entries with the
+    // greatest start <= it and the smallest start > it, at sequence count seq. The miss that
+    // follows uses them instead of walking again while seq_ has not moved (no writer ran).
+    struct WalkHint {
+        uint64_t seq = 0;
+        Entry *below = nullptr, *above = nullptr;
+        bool valid = false;
+    };
+    int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out,
+             const WalkHint *hint);
     // Takes the lock. true: another thread registered the range meanwhile (hold taken, *out).
     // first: the miss's first plan, which counts it.
     bool plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
-                   bool first, ThreadRecord *t, Plan *plan, Reg **out) noexcept;
+                   bool first, ThreadRecord *t, Plan *plan, Reg **out,
+                   const WalkHint *hint) noexcept;
     // below, above: the entries with the greatest start <= the request's and the smallest
     // start > it (or nullptr).
     void plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noexcept;
     // plan_miss's look at the index (the lock held): true as plan_miss.
     bool plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
-                     ThreadRecord *t, Plan *plan, Reg **out) noexcept;
+                     ThreadRecord *t, Plan *plan, Reg **out, const WalkHint *hint) noexcept;
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
@@ -199,7 +209,9 @@ private:
     int reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,
                      bool *may_evict, void **handle) noexcept;
     int get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out);
-    bool hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t, Reg **out) noexcept;
+    // A hit through the tree; where there is none, *hint (if given) says what the walk saw.
+    bool hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t, Reg **out,
+             WalkHint *hint = nullptr) noexcept;
     void take_hold(ThreadRecord *t, Reg *r) noexcept;
 
     // Under lock_:

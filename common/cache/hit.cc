@@ -251,7 +251,7 @@ void Cache::clear_memo() noexcept
 
 // The hit through the tree, under the sequence count; fills the memo for next time.
 bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, ThreadRecord *t,
-                Reg **out) noexcept
+                Reg **out, WalkHint *hint) noexcept
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
         uint64_t epoch = epoch_.load(std::memory_order_acquire);
@@ -261,9 +261,10 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
             cpu_relax();
             continue;
         }
-        Entry *e = static_cast<Entry *>(index_.floor(addr));
-        if (e && e->end.load(std::memory_order_relaxed) < end)
-            e = nullptr;
+        void *after;
+        bool after_known;
+        Entry *below = static_cast<Entry *>(index_.floor_r(addr, &after, &after_known));
+        Entry *e = below && below->end.load(std::memory_order_relaxed) >= end ? below : nullptr;
         Reg *r = nullptr;
         if (e) {
             r = e->regs.load(std::memory_order_acquire);
@@ -277,6 +278,10 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
             std::atomic_thread_fence(std::memory_order_acquire);
             if (seq_.load(std::memory_order_acquire) != s)
                 continue;
+            // Entries start at page boundaries, so the neighbours of addr are those of its
+            // page's start, which is where the miss plans.
+            if (hint)
+                *hint = WalkHint{s, below, static_cast<Entry *>(after), after_known};
             return false;
         }
         HoldKey key = hold_key(r);
@@ -338,9 +343,10 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     if (!t)
         return -ENOMEM;
     // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
-    if (hit(dev, a, end, access, t, out))
+    WalkHint hint;
+    if (hit(dev, a, end, access, t, out, &hint))
         return 0;
-    return miss(dev, a0, a1, access, out);
+    return miss(dev, a0, a1, access, out, &hint);
 }
 
 // The rest of vmt_get: anything but a memo hit.

@@ -173,7 +173,8 @@ private:
     Cache *c_;
 };
 
-int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
+int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out,
+                const WalkHint *hint)
 {
     MissInProgress counted(this);
     tracker_->poll();
@@ -186,7 +187,8 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
     bool may_evict = true;  // once per miss: evict for room on the device, then try again
     for (int attempt = 0; attempt < kMissAttempts; attempt++) {
         Plan plan;
-        if (plan_miss(dev, a0, a1, access, allow_merge, attempt == 0, t, &plan, out))
+        if (plan_miss(dev, a0, a1, access, allow_merge, attempt == 0, t, &plan, out,
+                      attempt == 0 ? hint : nullptr))
             return 0;
         rc = register_plan(dev, a0, a1, &plan, &may_evict);
         if (rc == 0)
@@ -203,7 +205,8 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 }
 
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
-                      bool first, ThreadRecord *t, Plan *plan, Reg **out) noexcept
+                      bool first, ThreadRecord *t, Plan *plan, Reg **out,
+                      const WalkHint *hint) noexcept
 {
     bool device_limited = false;
     {
@@ -213,7 +216,8 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
         while (unmap_in_flight(a0, a1))
             wait_for_unmaps(g);
         for (int round = 0; round < 2; round++) {
-            if (plan_locked(dev, a0, a1, access, allow_merge, t, plan, out))
+            if (plan_locked(dev, a0, a1, access, allow_merge, t, plan, out,
+                            round == 0 ? hint : nullptr))
                 return true;
             size_t planned_bytes = plan->end - plan->start;
             if (plan->base || !over_limits(dev, planned_bytes))
@@ -237,13 +241,21 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
 }
 
 bool Cache::plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access,
-                        bool allow_merge, ThreadRecord *t, Plan *plan, Reg **out) noexcept
+                        bool allow_merge, ThreadRecord *t, Plan *plan, Reg **out,
+                        const WalkHint *hint) noexcept
 {
     *plan = Plan{a0, a1, access, nullptr, 0, WatchToken{}, nullptr, false, false, 0};
     // The entries below and above a0 decide both whether the range is cached and what a
-    // union absorbs: one walk for all of it.
+    // union absorbs: one walk for all of it, or none where the failed hit's walk saw them and
+    // no writer ran since.
     void *above = nullptr;
-    Entry *below = static_cast<Entry *>(index_.floor_w(a0, &above));
+    Entry *below;
+    if (hint && hint->valid && seq_.load(std::memory_order_relaxed) == hint->seq) {
+        below = hint->below;
+        above = hint->above;
+    } else {
+        below = static_cast<Entry *>(index_.floor_w(a0, &above));
+    }
     Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
     if (e && !watch_changed(e)) {
         for (Reg *r = e->regs.load(); r; r = r->next.load()) {

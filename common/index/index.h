@@ -43,6 +43,36 @@ public:
         return nullptr;
     }
 
+    // floor() and, in *after, the value with the smallest key > x, for a reader: what a miss
+    // needs next, found on the way (see floor_w). *after_known is false when the walk could
+    // not tell (a node that looked torn); like floor(), right only if no writer ran meanwhile.
+    void *floor_r(uintptr_t x, void **after, bool *after_known) const noexcept
+    {
+        *after = nullptr;
+        *after_known = false;
+        const Node *n = root_.load(std::memory_order_acquire);
+        const Node *right = nullptr;  // the subtree just right of the path, deepest seen
+        for (int depth = 0; n && depth < kMaxDepth; depth++) {
+            unsigned count = n->count.load(std::memory_order_relaxed);
+            if (count > kFan)
+                return nullptr;
+            int i = last_le(n, count, x);
+            if (!n->leaf.load(std::memory_order_relaxed)) {
+                i = i < 0 ? 0 : i;
+                if ((unsigned)i + 1 < count)
+                    right = static_cast<const Node *>(n->ptrs[i + 1].load(std::memory_order_relaxed));
+                n = static_cast<const Node *>(n->ptrs[i].load(std::memory_order_relaxed));
+                continue;
+            }
+            if ((unsigned)(i + 1) < count)
+                *after = n->ptrs[i + 1].load(std::memory_order_relaxed);
+            *after_known = (unsigned)(i + 1) < count || !right ||
+                           first_value_r(right, kMaxDepth - depth, after);
+            return i < 0 ? nullptr : n->ptrs[i].load(std::memory_order_relaxed);
+        }
+        return nullptr;
+    }
+
     // ---- writer side (index lock held); floor() serves writers too ----
     // Value with the smallest key >= x, or nullptr.
     void *ceil_w(uintptr_t x) const noexcept { return ceil_in(root(), x); }
@@ -291,6 +321,23 @@ private:
         else
             insert_at(r, pos - left, k, v);
         return {r, key(r, 0)};
+    }
+
+    // The leftmost value under n for a reader (bounded); false if the walk could not tell.
+    static bool first_value_r(const Node *n, int depth_left, void **first) noexcept
+    {
+        for (; n && depth_left > 0; depth_left--) {
+            unsigned count = n->count.load(std::memory_order_relaxed);
+            if (count == 0 || count > kFan)
+                return false;
+            void *v = n->ptrs[0].load(std::memory_order_relaxed);
+            if (n->leaf.load(std::memory_order_relaxed)) {
+                *first = v;
+                return true;
+            }
+            n = static_cast<const Node *>(v);
+        }
+        return false;
     }
 
     static uintptr_t min_key(const Node *n) noexcept
