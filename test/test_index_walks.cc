@@ -131,6 +131,16 @@ START_TEST(walks_match_random_churn)
             check_walks(index, keys);
     }
     check_walks(index, keys);
+    // Every key out (the tree shrinks back to one empty leaf), then in again.
+    for (uintptr_t k : keys)
+        index.erase(k);
+    keys.clear();
+    check_walks(index, keys);
+    for (uintptr_t k = 1; k <= 300; k++) {
+        ck_assert(index.insert(k * kPage, value_of(k * kPage)));
+        keys.insert(k * kPage);
+    }
+    check_walks(index, keys);
 }
 END_TEST
 

@@ -116,6 +116,7 @@ public:
     {
         if (!reserve_nodes())
             return false;
+        replace_empty_root();
         Node *path[kMaxDepth];
         unsigned at[kMaxDepth];
         int depth = 0;
@@ -126,8 +127,7 @@ public:
         for (int d = depth - 1; d >= 0 && s.node; d--)
             s = put(path[d], at[d] + 1, s.key, s.node);
         if (s.node) {
-            Node *r = nodes_.alloc();  // reserved above
-            init(r, false);
+            Node *r = alloc_node(false);  // reserved above
             r->ptrs[0].store(root(), std::memory_order_relaxed);
             r->keys[0].store(0, std::memory_order_relaxed);
             r->ptrs[1].store(s.node, std::memory_order_relaxed);
@@ -162,7 +162,7 @@ public:
             unsigned pi = at[d];
             if (empty) {
                 remove_at(p, pi);
-                nodes_.free(n);
+                free_node(n);
                 empty = count(p) == 0;
                 moved = pi == 0 && !empty;
                 if (moved)
@@ -177,26 +177,22 @@ public:
         while (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 1) {
             Node *child = static_cast<Node *>(r->ptrs[0].load(std::memory_order_relaxed));
             root_.store(child, std::memory_order_release);
-            nodes_.free(r);
+            free_node(r);
             r = child;
         }
-        if (!r->leaf.load(std::memory_order_relaxed) && r->count.load(std::memory_order_relaxed) == 0) {
-            // Every child was removed: start again from an empty leaf.
-            init(r, true);
-        }
+        replace_empty_root();
     }
 
     // Drop everything without touching the values (after fork in the child).
     void reset() noexcept
     {
-        Node *r = nodes_.alloc();
-        if (r)
-            init(r, true);
-        root_.store(r, std::memory_order_release);
+        root_.store(alloc_node(true), std::memory_order_release);
     }
     void reset_after_fork() noexcept { reset(); }
 
 private:
+    // Every key past a node's count: above any address, so that last_le needs no count.
+    static constexpr uintptr_t kNoKey = ~uintptr_t{0};
     struct Node {
         // The pool's free link lives here, not in ptrs[0], so that a reader racing a free can
         // never take a node for a value.
@@ -215,31 +211,34 @@ private:
 
     static void init(Node *n, bool leaf) noexcept
     {
+        for (auto &k : n->keys)
+            k.store(kNoKey, std::memory_order_relaxed);
         n->count.store(0, std::memory_order_relaxed);
         n->leaf.store(leaf, std::memory_order_relaxed);
     }
 
     // Index of the last key <= x, or -1. Inner nodes treat keys[0] as minus infinity (it is
     // not a bound: child 0 takes everything below keys[1]), so for them the answer is >= 0.
-    // The last and the first place first (a cache that fills and evicts in address order, as
-    // memory handed out at growing addresses makes it, looks there; a branch that is mostly
-    // right is cheap), else a count of the keys <= x without a branch: a
-    // binary search mispredicted about half its steps on lookups spread over the cache.
-    // A reader racing a writer may see keys out of order; it then gets some index below
-    // count, and its sequence check fails.
+    // The last and the first place first: a cache that fills and evicts in address order (as
+    // memory handed out at growing addresses makes it) looks there, and a branch that is
+    // mostly right is cheap. Else a count of the keys <= x over the whole node, without a
+    // branch: keys past count are kNoKey (the writers keep them so: init, remove_at, split),
+    // so each key costs a compare and an add. A binary search mispredicted about half its
+    // steps on lookups spread over the cache. A reader racing a writer may see keys out of
+    // order; it then gets some index below count, and its sequence check fails.
     static int last_le(const Node *n, unsigned count, uintptr_t x) noexcept
     {
-        unsigned first = n->leaf.load(std::memory_order_relaxed) ? 0 : 1;
-        if (count > first && count <= (unsigned)kFan && key(n, count - 1) <= x)
+        bool leaf = n->leaf.load(std::memory_order_relaxed);
+        if (count - 1 < (unsigned)kFan && key(n, count - 1) <= x)
             return (int)count - 1;
         if (count > 1 && key(n, 1) > x)  // the first child, or in a leaf the first key or none
-            return first ? 0 : (key(n, 0) <= x ? 0 : -1);
-        unsigned below = 0;
+            return leaf ? (key(n, 0) <= x ? 0 : -1) : 0;
+        unsigned below = (unsigned)(key(n, 0) <= x) | (unsigned)!leaf;
 #pragma GCC unroll 16
-        for (unsigned j = 0; j < (unsigned)kFan; j++)
-            below += (unsigned)(j >= first) & (unsigned)(j < count) &
-                     (unsigned)(n->keys[j].load(std::memory_order_relaxed) <= x);
-        return (int)(first + below) - 1;
+        for (unsigned j = 1; j < (unsigned)kFan; j++)
+            below += n->keys[j].load(std::memory_order_relaxed) <= x;
+        int i = (int)below - 1;
+        return i < (int)count ? i : (int)count - 1;
     }
 
     static uintptr_t key(const Node *n, unsigned i) noexcept { return n->keys[i].load(std::memory_order_relaxed); }
@@ -248,7 +247,42 @@ private:
     static bool leaf(const Node *n) noexcept { return n->leaf.load(std::memory_order_relaxed); }
 
     // Enough free nodes for the deepest split chain, there before anything changes.
-    bool reserve_nodes() noexcept { return nodes_.reserve(kMaxDepth + 1); }
+    // A split takes one leaf; the spare one is for replace_empty_root.
+    bool reserve_nodes() noexcept { return leaves_.reserve(2) && inners_.reserve(kMaxDepth + 1); }
+
+    // Leaves and inner nodes come from pools of their own, so that a node never changes kind:
+    // a reader that races a free and a reuse still finds a leaf where it read one, and never
+    // takes an entry for a node (a node is larger: read as one, an entry at the end of its
+    // pool's chunk would lead the reader past the chunk).
+    Node *alloc_node(bool is_leaf) noexcept
+    {
+        Node *n = is_leaf ? leaves_.alloc() : inners_.alloc();
+        if (n)
+            init(n, is_leaf);
+        return n;
+    }
+    void free_node(Node *n) noexcept
+    {
+        if (leaf(n))
+            leaves_.free(n);
+        else
+            inners_.free(n);
+    }
+
+    // Every child of the root was removed: start again from an empty leaf (reserved by the
+    // last insert; should there be none, the empty inner root stays, and the next insert,
+    // which reserves one, replaces it).
+    void replace_empty_root() noexcept
+    {
+        Node *r = root();
+        if (!r || leaf(r) || count(r) != 0)
+            return;
+        Node *l = alloc_node(true);
+        if (!l)
+            return;
+        root_.store(l, std::memory_order_release);
+        free_node(r);
+    }
 
     static void insert_at(Node *n, unsigned pos, uintptr_t k, void *v) noexcept
     {
@@ -269,6 +303,7 @@ private:
             n->keys[j].store(key(n, j + 1), std::memory_order_relaxed);
             n->ptrs[j].store(ptr(n, j + 1), std::memory_order_relaxed);
         }
+        n->keys[c - 1].store(kNoKey, std::memory_order_relaxed);
         n->count.store(c - 1, std::memory_order_relaxed);
     }
 
@@ -277,12 +312,12 @@ private:
     // node full instead of half full.
     Node *split(Node *n, unsigned pos) noexcept
     {
-        Node *r = nodes_.alloc();
-        init(r, leaf(n));
+        Node *r = alloc_node(leaf(n));
         unsigned half = pos == kFan ? kFan - 1 : kFan / 2;
         for (unsigned j = half; j < kFan; j++) {
             r->keys[j - half].store(key(n, j), std::memory_order_relaxed);
             r->ptrs[j - half].store(ptr(n, j), std::memory_order_relaxed);
+            n->keys[j].store(kNoKey, std::memory_order_relaxed);
         }
         r->count.store(kFan - half, std::memory_order_relaxed);
         n->count.store(half, std::memory_order_relaxed);
@@ -372,7 +407,7 @@ private:
     }
 
     std::atomic<Node *> root_{nullptr};
-    Pool<Node> nodes_;
+    Pool<Node> leaves_, inners_;
 };
 
 }  // namespace vmt
