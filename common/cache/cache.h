@@ -219,7 +219,7 @@ private:
     void write_begin() noexcept
     {
         if (write_depth_++ == 0)
-            seq_.fetch_add(1, std::memory_order_acq_rel);
+            seq_.fetch_add(1, std::memory_order_seq_cst);  // seq_cst: see memo_fill
     }
     void write_end() noexcept
     {
@@ -237,6 +237,7 @@ private:
         inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
         inval_count_++;
     }
+    // Inside a write section (the memo's invalidation relies on it: see memo_fill).
     void retire(Reg *r) noexcept;
     // Retires dev's registrations of e (*retired: whether there was one) and returns e's other
     // registrations, in order, as the list the caller publishes in e->regs.
@@ -352,9 +353,6 @@ private:
     // A wrap costs a write of every slot (2 MiB, ~250 us), once in 2^31 moves; tests
     // start the epoch just short of it (VMTRACK_TEST_EPOCH_WRAP, see create) to go through it.
     std::atomic<uint64_t> epoch_{2};
-    // Moves at every retirement, before its slots are invalidated: a filler that read it
-    // before its walk and finds it moved after claiming its slot gives the slot up (memo_fill).
-    std::atomic<uint64_t> retirements_{0};
     uint64_t next_memo_device_ = 1;  // under lock_
 public:
     uintptr_t memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end, unsigned access,
@@ -362,7 +360,9 @@ public:
     void count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept;
     void reclaim_now() noexcept { reclaim(); }
 private:
-    void memo_fill(uint64_t epoch, uint64_t retirements, Device *dev, uintptr_t addr, Entry *e,
+    // seq: the sequence count the caller found the entry under (a retirement is always in a
+    // write section, whose start moves it).
+    void memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
                    Reg *r) noexcept;
     void note_memo_slot(Entry *e, size_t slot) noexcept;
     void invalidate_slot(MemoSlot &m, const Entry *e) noexcept;

@@ -104,7 +104,7 @@ inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m
     }
 }
 
-void Cache::memo_fill(uint64_t epoch, uint64_t retirements, Device *dev, uintptr_t addr, Entry *e,
+void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
                       Reg *r) noexcept
 {
     uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
@@ -132,14 +132,14 @@ void Cache::memo_fill(uint64_t epoch, uint64_t retirements, Device *dev, uintptr
     uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
     if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_seq_cst))
         return;
-    // The entry lists the slot before the retirement count is read again; a retirement counts
-    // itself before it reads the list (forget_memo_of). So either this filler sees the count
-    // moved and gives the slot up, or the retirement finds the slot and invalidates it (the
-    // publish below then fails). The epoch read before the lookup must still be the current
+    // The entry lists the slot before the sequence count is read again; a retirement, always
+    // in a write section, moves the count before it reads the list (forget_memo_of). So
+    // either this filler sees the count moved and gives the slot up, or the retirement finds
+    // the slot and invalidates it (the publish below then fails). The epoch read before the lookup must still be the current
     // one, all 64 bits of it: a filler stopped for 2^31 moves must not bring back a slot from
     // before the wrap.
     note_memo_slot(e, first + (size_t)way);
-    if (retirements_.load(std::memory_order_seq_cst) != retirements ||
+    if (seq_.load(std::memory_order_seq_cst) != seq ||
         epoch_.load(std::memory_order_seq_cst) != epoch) {
         m.stamp.compare_exchange_strong(writing, writing & ~0xffffffffull, std::memory_order_release);
         return;
@@ -184,7 +184,8 @@ void Cache::note_memo_slot(Entry *e, size_t slot) noexcept
 // Under lock_, as a registration of e retires: no memo slot may hand it out from now on.
 void Cache::forget_memo_of(Entry *e) noexcept
 {
-    retirements_.fetch_add(1, std::memory_order_seq_cst);  // before the lanes: see memo_fill
+    // Inside a write section: its start moved seq_ (seq_cst) before the lanes are read here,
+    // as memo_fill needs.
     uint64_t lanes = e->memo_slots.load(std::memory_order_seq_cst);
     if (lanes == kMemoSlotsOverflow) {
         move_epoch();
@@ -205,7 +206,7 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
     uint64_t s = m.stamp.load(std::memory_order_seq_cst);
     for (;;) {
         if ((uint32_t)s == 0)
-            return;  // invalid, and no filler in it: a later one sees retirements_ moved
+            return;  // invalid, and no filler in it: a later one sees seq_ moved
         if (!(s & 1)) {
             const Entry *holder = m.entry.load(std::memory_order_relaxed);
             std::atomic_thread_fence(std::memory_order_acquire);
@@ -228,7 +229,7 @@ void Cache::move_epoch() noexcept
 {
     uint64_t next = epoch_.load(std::memory_order_relaxed) + 2;
     if ((uint32_t)next == 0) {
-        // The low half wraps: slots from 2^31 retirements ago would look valid again. Close
+        // The low half wraps: slots from 2^31 moves ago would look valid again. Close
         // the memo (an odd epoch matches no slot), invalidate every slot, then reopen.
         epoch_.store(next - 1, std::memory_order_seq_cst);
         clear_memo();
@@ -255,7 +256,6 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
 {
     for (int spin = 0; spin < kHitSpins; spin++) {
         uint64_t epoch = epoch_.load(std::memory_order_acquire);
-        uint64_t retirements = retirements_.load(std::memory_order_acquire);
         uint64_t s = seq_.load(std::memory_order_acquire);
         if (s & 1) {
             cpu_relax();
@@ -298,7 +298,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
                 reclaim();
             continue;
         }
-        memo_fill(epoch, retirements, dev, addr, e, r);
+        memo_fill(epoch, s, dev, addr, e, r);
         uint32_t tick = tick_.load(std::memory_order_relaxed);
         if (e->last_use.load(std::memory_order_relaxed) != tick)
             e->last_use.store(tick, std::memory_order_relaxed);

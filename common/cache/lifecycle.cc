@@ -84,7 +84,7 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     c->memo_ = static_cast<MemoSlot *>(memo);
     const char *wrap_soon = getenv("VMTRACK_TEST_EPOCH_WRAP");
     if (wrap_soon && strcmp(wrap_soon, "1") == 0)
-        c->epoch_.store((1ull << 32) - 2 * 1024);  // 1024 retirements short of the wrap
+        c->epoch_.store((1ull << 32) - 2 * 1024);  // 1024 moves short of the wrap
     c->words_ = c->tracker_->words();
     c->always_valid_ = Tracker::always_valid_words();
     c->caching_ = c->tracker_->caches();

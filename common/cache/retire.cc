@@ -16,6 +16,7 @@
 #include "config.h"
 #include "cache/cache.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include "cache/internal.h"
@@ -38,6 +39,12 @@ constexpr size_t kReclaimBatchBytes = 64u << 20;
 
 void Cache::retire(Reg *r) noexcept
 {
+#ifdef VMT_DEBUG
+    if (write_depth_ == 0) {  // memo_fill's ordering needs the write section's start
+        VMT_LOG_ERROR("retire outside a write section");
+        abort();
+    }
+#endif
     Entry *e = r->entry.load(std::memory_order_relaxed);
     forget_memo_of(e);  // no memo slot hands r out from here on (see MemoSlot)
     reg_set_state(r, kRegRetired);
