@@ -36,7 +36,8 @@ START_TEST(memo_never_stale_across_retirements)
         vmt_put(a);
         int pages = i % 2 ? 6 : 1;  /* six pages overflow the entry's four memo lanes */
         for (int k = 0; k < 3 * pages; k++) {  /* a walk of the index, then memo hits */
-            struct vmt_reg *again = get_ok(fx.dev, buf + (k % pages) * page + 100, 10, VMT_ACCESS_READ);
+            char *at = buf + (k % pages) * page + 100;
+            struct vmt_reg *again = get_ok(fx.dev, at, 10, VMT_ACCESS_READ);
             ck_assert_ptr_eq(again, a);
             struct fake_reg *h = vmt_reg_handle(again);
             ck_assert_int_eq(h->live, 1);

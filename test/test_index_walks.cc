@@ -1,7 +1,8 @@
 // The interval index's walks (common/index/index.h), against the plain searches they stand
-// for: a miss takes the entry below its start and the one above from floor_w's one walk (or
-// from floor_r's, the failed hit's), so both must agree with floor and ceil_w everywhere, at every depth of the tree and
-// across the splits and merges of inserting and erasing.
+// for: a miss takes the entry below its start and the one above from one walk (floor_r, the
+// failed hit's, or floor_w under the lock), so both must agree with floor and ceil_w
+// everywhere, at every depth of the tree and across the splits and merges of inserting and
+// erasing.
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>

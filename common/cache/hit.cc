@@ -135,9 +135,9 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     // The entry lists the slot before the sequence count is read again; a retirement, always
     // in a write section, moves the count before it reads the list (forget_memo_of). So
     // either this filler sees the count moved and gives the slot up, or the retirement finds
-    // the slot and invalidates it (the publish below then fails). The epoch read before the lookup must still be the current
-    // one, all 64 bits of it: a filler stopped for 2^31 moves must not bring back a slot from
-    // before the wrap.
+    // the slot and invalidates it (the publish below then fails). The epoch read before the
+    // lookup must still be the current one, all 64 bits of it: a filler stopped for 2^31
+    // moves must not bring back a slot from before the wrap.
     note_memo_slot(e, first + (size_t)way);
     if (seq_.load(std::memory_order_seq_cst) != seq ||
         epoch_.load(std::memory_order_seq_cst) != epoch) {

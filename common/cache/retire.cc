@@ -2,7 +2,8 @@
 //
 // Invariant: a registration is deregistered only when no thread holds it and no reader can
 // still find it. retire() takes it out of its entry (under the index lock, in a write section)
-// into limbo_ and invalidates its entry's memo slots, so neither the tree nor the memo hands it out again.
+// into limbo_ and invalidates its entry's memo slots, so neither the tree nor the memo hands
+// it out again.
 // Retired registrations wait in limbo_ for a batch (kReclaimBatch, or kReclaimBatchBytes), so
 // that one barrier serves many (reclaim_if_due, which leaves its batch to a pass already
 // running in another thread rather than wait for it); a device at its own limit, flush,
