@@ -16,6 +16,7 @@ libvmtrack_la_SOURCES = \
 	common/cache/lifecycle.cc common/cache/hit.cc common/cache/miss.cc \
 	common/cache/retire.cc common/cache/evict.cc common/cache/events.cc \
 	common/cache/fork.cc common/cache/stats.cc common/cache/maintain.cc \
+	common/cache/mapped_blocks.cc common/cache/mapped_blocks.h \
 	common/index/index.h common/index/pool.h \
 	common/index/holds.cc common/index/holds.h \
 	common/trackers/tracker.h \

@@ -283,6 +283,74 @@ START_TEST(change_mremap_fixed_target)
 }
 END_TEST
 
+/* ---- a hole next to what a miss found mapped ------------------------------------------- */
+
+/* 4 MiB of fresh memory starting on a 2 MiB boundary (the blocks mapped_blocks.h remembers),
+ * its first 64 KiB cached: the miss found the block around it mapped. */
+static char *aligned_blocks_cached(struct fixture *fx)
+{
+    char *raw = map_filled(6 * MB, 0x5a);
+    char *p = (char *)(((uintptr_t)raw + 2 * MB - 1) & ~(2 * MB - 1));
+    if (p > raw)
+        ck_assert_int_eq(munmap(raw, p - raw), 0);
+    ck_assert_int_eq(munmap(p + 4 * MB, raw + 6 * MB - (p + 4 * MB)), 0);
+    cache_it(fx, p, 64 * 1024, NULL);
+    return p;
+}
+
+static void assert_refused(struct fixture *fx, void *hole, size_t len, const char *how)
+{
+    struct vmt_reg *r;
+    long regs = atomic_load(&fx->fake.regs);
+    int rc = vmt_get(fx->dev, hole, len, VMT_ACCESS_READ, &r);
+    ck_assert_msg(rc == -EFAULT, "%s (%s): get of the hole it left: %d, not -EFAULT", how,
+                  TRACKER, rc);
+    ck_assert_int_eq(atomic_load(&fx->fake.regs), regs);
+}
+
+/* Each libc way of unmapping, in a block a miss found wholly mapped just before: a get of
+ * the hole it leaves is refused, with the fake device (which checks nothing). */
+START_TEST(hole_near_a_miss_refused)
+{
+    struct fixture e;
+    tracker_open(&e);
+    char *p = aligned_blocks_cached(&e);
+    ck_assert_int_eq(munmap(p + MB, 64 * 1024), 0);
+    assert_refused(&e, p + MB, 64 * 1024, "munmap");
+    ck_assert_ptr_ne(mremap(p + 2 * MB, 2 * MB, MB, 0), MAP_FAILED);
+    struct vmt_reg *r;  /* the block of the shrunk mapping, found whole */
+    ck_assert_int_eq(vmt_get(e.dev, p + 2 * MB, 64 * 1024, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    ck_assert_ptr_eq(mremap(p + 2 * MB, MB, 64 * 1024, 0), p + 2 * MB);
+    assert_refused(&e, p + 2 * MB + 128 * 1024, 64 * 1024, "mremap shrinking");
+    munmap(p, 4 * MB);
+    fixture_close(&e);
+}
+END_TEST
+
+/* free() of a block above the mmap threshold unmaps inside glibc (the hooks patch libc's
+ * entries, so they hear it). */
+START_TEST(hole_after_free_refused)
+{
+    struct fixture e;
+    tracker_open(&e);
+    char *m = malloc(8 * MB);
+    ck_assert_ptr_nonnull(m);
+    memset(m, 1, 8 * MB);
+    char *in = (char *)(((uintptr_t)m + 2 * MB - 1) & ~(2 * MB - 1));
+    cache_it(&e, in, 64 * 1024, NULL);
+    vmt_flush(e.cache);
+    char *next = in + 128 * 1024;
+    free(m);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)next;  /* the sanitizer's allocator keeps freed blocks: nothing was unmapped */
+#else
+    assert_refused(&e, next, 64 * 1024, "free of a large block");
+#endif
+    fixture_close(&e);
+}
+END_TEST
+
 /* ---- fork: the child gets a working tracker, the parent keeps its own ------------------ */
 START_TEST(fork_child_tracks_itself)
 {
@@ -509,6 +577,8 @@ static void tracker_changes_add(TCase *tc)
     tcase_add_test(tc, start_under_load);
     tcase_add_test(tc, two_caches_both_hear);
     tcase_add_test(tc, evicted_neighbour_unmapped_before_the_watch);
+    tcase_add_test(tc, hole_near_a_miss_refused);
+    tcase_add_test(tc, hole_after_free_refused);
 }
 
 

@@ -50,6 +50,14 @@ test_test_index_walks_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_s
 test_test_index_walks_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
 test_test_index_walks_LDADD = $(CHECK_LIBS) -lpthread
 
+# The miss's mapped check and what it remembers of the address space, against the kernel.
+check_PROGRAMS += test/test_mapped_blocks
+TESTS += test/test_mapped_blocks
+test_test_mapped_blocks_SOURCES = test/test_mapped_blocks.cc common/cache/mapped_blocks.cc
+test_test_mapped_blocks_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_srcdir)/test
+test_test_mapped_blocks_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
+test_test_mapped_blocks_LDADD = $(CHECK_LIBS) -lpthread
+
 # The user-space trackers through the public API with the fake device: the changes every
 # tracker must see (test_tracker_changes.c, compiled once per tracker with TRACKER) and each
 # tracker's own cases.

@@ -30,6 +30,7 @@
 #include "index/holds.h"
 #include "index/index.h"
 #include "index/pool.h"
+#include "cache/mapped_blocks.h"
 #include "trackers/tracker.h"
 #include "util/spin_lock.h"
 #include "vmtrack.h"
@@ -273,6 +274,11 @@ private:
     {
         return dev->ops.flags & VMT_DEVICE_CHECKS_MAPPED;
     }
+    // A miss's mapped check of [a0, a1), where the device and the watch do not make one.
+    bool miss_range_mapped(uintptr_t a0, uintptr_t a1) noexcept
+    {
+        return remember_mapped_ ? mapped_blocks_.mapped(a0, a1) : range_mapped(a0, a1);
+    }
 
     void reclaim() noexcept;
     void reclaim_settled() noexcept;  // also waits for a pass running in another thread
@@ -415,6 +421,11 @@ private:
     static constexpr unsigned kInvalLog = 64;
     Range inval_log_[kInvalLog] {};
     uint64_t inval_count_ = 0;
+
+    // What the mapped checks of misses learnt, where the tracker hears every unmap
+    // (remember_mapped_); forgotten by every unmap and invalidation.
+    MappedBlocks mapped_blocks_;
+    bool remember_mapped_ = false;
 
     // Subscribers: read by every event under a shared lock, changed rarely.
     pthread_rwlock_t subs_lock_ = PTHREAD_RWLOCK_INITIALIZER;

@@ -91,6 +91,8 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
     if (!len)
         return;
     uintptr_t end = range_end(start, len);
+    if (remember_mapped_)
+        mapped_blocks_.forget(start, end);
     size_t n;
     if (t_paused == this) {
         n = invalidate_locked(start, end);
@@ -143,6 +145,8 @@ uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
     if (!len)
         return kLockedUnmap;
     uintptr_t end = range_end(start, len);
+    if (remember_mapped_)  // and again at unmap_end (mapped_blocks.h)
+        mapped_blocks_.forget(start, end);
     // Subscribers hear of every unmap, and only the locked path tells them.
     if (!nsubs_ && t_paused != this) {
         quick_unmaps_.fetch_add(1, std::memory_order_seq_cst);
@@ -174,6 +178,8 @@ void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
 {
     if (!len)
         return;
+    if (remember_mapped_)  // a check between unmap_begin and the unmap may have marked it
+        mapped_blocks_.forget(start, range_end(start, len));
     if (token == kQuickUnmap) {
         quick_unmaps_.fetch_sub(1, std::memory_order_seq_cst);
         return;

@@ -19,7 +19,6 @@
 #include "cache/cache.h"
 
 #include <sched.h>
-#include <sys/mman.h>
 
 #include <cerrno>
 #include <mutex>
@@ -37,13 +36,6 @@ constexpr int kMissAttempts = 8;  // a miss raced by invalidations this often is
 constexpr int kMissAgain = 1;      // the pages changed while we registered them: start again
 constexpr int kMissUnmerged = 2;   // the union had a hole: start again with just the request
 constexpr int kMissUncached = 3;   // the tracker cannot watch this range: serve it uncached
-
-// Whether every page of [a0, a1) is mapped; msync(MS_ASYNC) checks the VMAs without faulting
-// or writing anything back.
-bool range_mapped(uintptr_t a0, uintptr_t a1)
-{
-    return msync(reinterpret_cast<void *>(a0), a1 - a0, MS_ASYNC) == 0;
-}
 
 // -ENOSPC if the device cannot register [a0, a1) in one piece.
 int check_region_bytes(const Device *dev, uintptr_t a0, uintptr_t a1)
@@ -106,6 +98,8 @@ int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
 
 int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out)
 {
+    // Always a system call: this path also serves a hooks tracker that another patcher took
+    // over, after which what mapped_blocks_ says is no longer known.
     if (!device_checks_mapped(dev) && !range_mapped(a0, a1))
         return -EFAULT;
     int rc = check_region_bytes(dev, a0, a1);
@@ -331,11 +325,12 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
     }
     // The mapped check is the device's own registration where it makes one (it then fails
     // with -EFAULT, and nothing is cached). Otherwise only what is not known to be mapped is
-    // checked: the request, or the whole union if some of what it absorbs may not be. A
+    // checked: the request, or the whole union if some of what it absorbs may not be, and
+    // what the cache learnt of the address space may answer for it (mapped_blocks.h). A
     // cached range registered again for more rights (base) is known to be mapped.
     if (!plan->base && !device_checks_mapped(dev)) {
         bool whole = !plan->union_known_mapped;
-        if (!range_mapped(whole ? u0 : a0, whole ? u1 : a1)) {
+        if (!miss_range_mapped(whole ? u0 : a0, whole ? u1 : a1)) {
             tracker_->unwatch(u0, u1 - u0, plan->watch);
             if (!whole || (u0 == a0 && u1 == a1))
                 return -EFAULT;

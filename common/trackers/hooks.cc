@@ -520,6 +520,9 @@ public:
     }
     void unwatch(uintptr_t, size_t, WatchToken) noexcept override {}
     bool watches_ranges() const noexcept override { return false; }
+    // Every libc entry that unmaps tells the sinks first; once another patcher has taken
+    // them over, watch() refuses and the sinks were told to drop everything (check_intact).
+    bool hears_every_unmap() const noexcept override { return true; }
     void poll() noexcept override { check_intact(); }
     std::string describe() const override;
 

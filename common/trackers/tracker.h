@@ -82,6 +82,11 @@ public:
     // none, pass), whose entries then go back to their pool without an unwatch call.
     virtual bool watches_ranges() const noexcept { return true; }
 
+    // Whether the sink hears of every unmap of the process (hooks), so that what a mapped
+    // check found stays known until it hears otherwise (cache/mapped_blocks.h). (uffd's
+    // watch is no mapped check: UFFDIO_REGISTER takes a range with holes in it.)
+    virtual bool hears_every_unmap() const noexcept { return false; }
+
     // Called on the miss path and by vmt_flush, outside locks: handle pending events.
     virtual void poll() noexcept {}
 
