@@ -55,7 +55,9 @@ struct native_rcache {
     _Atomic unsigned gen;           /* fork generation dev was attached in */
     ucs_rcache_params_t params;
     struct vmt_device_ops dops;
-    pthread_mutex_t cb_lock;        /* recursive: mem_reg / mem_dereg */
+    pthread_mutex_t cb_lock;        /* recursive: mem_reg / mem_dereg, and spare_hdrs */
+    struct native_hdr *spare_hdrs;  /* deregistered regions' memory, for the next misses */
+    unsigned nspare;
     _Atomic int destroying;
     _Atomic size_t leaked;          /* regions held at destroy: deregistered, not freed */
     struct native_rcache *next;     /* in n.all, under n.lock */
@@ -70,7 +72,10 @@ struct completion {
 
 struct native_hdr {
     struct vmt_reg *_Atomic reg;
-    struct native_rcache *nr;
+    union {
+        struct native_rcache *nr;
+        struct native_hdr *next_spare;  /* in nr->spare_hdrs */
+    };
     _Atomic unsigned extra_holds;   /* ucs_rcache_region_hold()s not yet put */
     unsigned gen;
     _Atomic int dead;               /* deregistered by destroy while held */
@@ -213,6 +218,35 @@ static ucs_status_t errno_to_status(int ret)
     }
 }
 
+/* Region memory, kept for reuse up to SPARE_HDRS per rcache: a cache at its limit frees
+ * one region and allocates one per miss, and posix_memalign with its alignment split was a
+ * tenth of the module's miss. Under cb_lock. */
+#define SPARE_HDRS 64
+
+static struct native_hdr *hdr_take(struct native_rcache *nr)
+{
+    struct native_hdr *h = nr->spare_hdrs;
+    if (h) {
+        nr->spare_hdrs = h->next_spare;
+        nr->nspare--;
+    } else if (posix_memalign((void **)&h, 64, HDR_SIZE + nr->params.region_struct_size)) {
+        return NULL;
+    }
+    memset(h, 0, HDR_SIZE + nr->params.region_struct_size);
+    return h;
+}
+
+static void hdr_give(struct native_rcache *nr, struct native_hdr *h)
+{
+    if (nr->nspare >= SPARE_HDRS) {
+        free(h);
+        return;
+    }
+    h->next_spare = nr->spare_hdrs;
+    nr->spare_hdrs = h;
+    nr->nspare++;
+}
+
 static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
 {
     struct native_rcache *nr = ctx;
@@ -224,9 +258,12 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     ucs_rcache_region_t *r;
     ucs_status_t st;
 
-    if (posix_memalign((void **)&h, 64, HDR_SIZE + nr->params.region_struct_size))
+    pthread_mutex_lock(&nr->cb_lock);
+    h = hdr_take(nr);
+    if (!h) {
+        pthread_mutex_unlock(&nr->cb_lock);
         return -ENOMEM;
-    memset(h, 0, HDR_SIZE + nr->params.region_struct_size);
+    }
     h->nr = nr;
     h->gen = atomic_load(&n.gen);
     r = region_of(h);
@@ -236,12 +273,12 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
               (access & VMT_ACCESS_WRITE ? PROT_WRITE : 0);
     r->refcount = 1;                /* callers only assert > 0: never a count here */
     r->status = UCS_OK;
-    pthread_mutex_lock(&nr->cb_lock);
     st = nr->params.ops->mem_reg(nr->params.context, (ucs_rcache_t *)nr, req ? req->arg : NULL,
                                  r, merged ? UCS_RCACHE_MEM_REG_HIDE_ERRORS : 0);
+    if (st != UCS_OK)
+        hdr_give(nr, h);
     pthread_mutex_unlock(&nr->cb_lock);
     if (st != UCS_OK) {
-        free(h);
         if (merged)
             return -EFAULT;         /* vmtrack registers the request alone */
         if (req)
@@ -253,15 +290,19 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     return 0;
 }
 
-static void run_completions(struct native_hdr *h)
+static void run_completion_list(struct completion *c)
 {
-    struct completion *c = atomic_exchange(&h->comps, NULL);
     while (c) {
         struct completion *next = c->next;
         c->cb(c->arg);
         free(c);
         c = next;
     }
+}
+
+static void run_completions(struct native_hdr *h)
+{
+    run_completion_list(atomic_exchange(&h->comps, NULL));
 }
 
 static void dev_dereg(void *ctx, void *handle)
@@ -273,16 +314,21 @@ static void dev_dereg(void *ctx, void *handle)
     r->flags = 0;
     pthread_mutex_lock(&nr->cb_lock);
     nr->params.ops->mem_dereg(nr->params.context, (ucs_rcache_t *)nr, r);
-    pthread_mutex_unlock(&nr->cb_lock);
-    run_completions(h);
-    if (atomic_load(&nr->destroying)) {
-        /* destroy while the caller still holds it: keep the memory (the caller may still read
-         * it), as UCX does; its put becomes a no-op */
-        atomic_store(&h->dead, 1);
-        atomic_fetch_add(&nr->leaked, 1);
+    if (!atomic_load(&nr->destroying)) {
+        /* the last put was made: nobody looks at the region again but its completions,
+         * which run after mem_dereg, as UCP expects */
+        struct completion *c = atomic_exchange(&h->comps, NULL);
+        hdr_give(nr, h);
+        pthread_mutex_unlock(&nr->cb_lock);
+        run_completion_list(c);
         return;
     }
-    free(h);
+    pthread_mutex_unlock(&nr->cb_lock);
+    run_completions(h);
+    /* destroy while the caller still holds it: keep the memory (the caller may still read
+     * it), as UCX does; its put becomes a no-op */
+    atomic_store(&h->dead, 1);
+    atomic_fetch_add(&nr->leaked, 1);
 }
 
 /* The device of this process (after fork() the child attaches its own, once, lazily). */
@@ -389,6 +435,11 @@ int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
     if (leaked)
         fprintf(stderr, "vmtrack-ucx: rcache %s destroyed with %zu regions in use\n",
                 nr->name, leaked);
+    while (nr->spare_hdrs) {
+        struct native_hdr *h = nr->spare_hdrs;
+        nr->spare_hdrs = h->next_spare;
+        free(h);
+    }
     pthread_mutex_destroy(&nr->cb_lock);
     nr->magic = 0;
     free(nr);
