@@ -9,10 +9,12 @@
 // registrations, its index's nodes) happens under the cache's index lock, which a miss takes
 // anyway; a lock per pool cost each miss five more atomic exchanges.
 //
-// The chunks of a pool that goes (a cache destroyed) wait in a small process-wide stash for
-// the next pool, as freed memory waits in malloc: a fresh chunk costs 64 page faults (about
-// 150 us on a VM) in the miss that grows the pool, which a program that creates caches again
-// and again paid for each one.
+// A chunk is carved as objects are needed, not when it is mapped: carving a whole chunk cost
+// its 64 page faults (about 150 us on a VM) in the one miss that grew the pool, three times
+// over in a new cache's first miss (entries, registrations, index nodes), where a cache of a
+// few hundred entries touches a few pages of each. The chunks of a pool that goes (a cache
+// destroyed) wait in a small process-wide stash for the next pool, as freed memory waits in
+// malloc.
 #ifndef VMTRACK_COMMON_POOL_H
 #define VMTRACK_COMMON_POOL_H
 
@@ -70,22 +72,28 @@ public:
     // nullptr only when the system refuses memory.
     T *alloc() noexcept
     {
-        if (!free_ && !grow())
+        if (free_) {
+            T *obj = free_;
+            free_ = link(obj)->load(std::memory_order_relaxed);
+            free_count_--;
+            return obj;
+        }
+        if (uncarved() == 0 && !grow())
             return nullptr;
-        T *obj = free_;
-        free_ = link(obj)->load(std::memory_order_relaxed);
-        free_count_--;
-        return obj;
+        return carve();
     }
 
-    // Whether at least `count` objects are free now, growing if need be: a caller that must
-    // not fail halfway through a change (the index's splits) asks once.
+    // Whether at least `count` objects can be had now, growing if need be: a caller that must
+    // not fail halfway through a change (the index's splits) asks once. (A chunk holds far
+    // more objects than any caller asks for, so one new chunk does; what the old one had left
+    // uncarved is given to the free list first.)
     bool reserve(size_t count) noexcept
     {
-        while (free_count_ < count)
-            if (!grow())
-                return false;
-        return true;
+        if (free_count_ + uncarved() >= count)
+            return true;
+        while (uncarved())
+            free(carve());
+        return grow() && free_count_ + uncarved() >= count;
     }
 
     void free(T *obj) noexcept
@@ -115,15 +123,23 @@ private:
         Chunk *c = static_cast<Chunk *>(mem);
         c->next = chunks_list_;
         chunks_list_ = c;
-        char *p = static_cast<char *>(mem) + ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
-        char *end = static_cast<char *>(mem) + kChunkBytes;
-        for (; p + sizeof(T) <= end; p += sizeof(T)) {
-            T *obj = new (p) T();
-            link(obj)->store(free_, std::memory_order_relaxed);
-            free_ = obj;
-            free_count_++;
-        }
+        carve_ = static_cast<char *>(mem) +
+                 ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
+        carve_end_ = static_cast<char *>(mem) + kChunkBytes;
         return true;
+    }
+
+    T *carve() noexcept
+    {
+        T *obj = new (carve_) T();
+        carve_ += sizeof(T);
+        return obj;
+    }
+
+    // Objects the newest chunk can still give without touching what it gave.
+    size_t uncarved() const noexcept
+    {
+        return carve_ ? size_t(carve_end_ - carve_) / sizeof(T) : 0;
     }
 
     void release_all() noexcept
@@ -139,6 +155,7 @@ private:
     T *free_ = nullptr;
     size_t free_count_ = 0;  // objects on free_
     Chunk *chunks_list_ = nullptr;
+    char *carve_ = nullptr, *carve_end_ = nullptr;  // the newest chunk's part not handed out
 };
 
 }  // namespace vmt
