@@ -320,6 +320,26 @@ static int unwatch_handle(struct vmtrack_file *f, u64 handle)
 	return 0;
 }
 
+/* Whether VMAs cover all of [start, start + len). */
+static bool range_mapped(struct mm_struct *mm, unsigned long start, unsigned long len)
+{
+	unsigned long addr = start, end = start + len;
+	struct vm_area_struct *vma;
+	bool mapped = true;
+
+	mmap_read_lock(mm);
+	while (addr < end) {
+		vma = find_vma(mm, addr);
+		if (!vma || vma->vm_start > addr) {
+			mapped = false;
+			break;
+		}
+		addr = vma->vm_end;
+	}
+	mmap_read_unlock(mm);
+	return mapped;
+}
+
 static long ioc_watch(struct vmtrack_file *f, struct vmtrack_watch __user *uarg)
 {
 	struct vmtrack_watch a;
@@ -329,7 +349,7 @@ static long ioc_watch(struct vmtrack_file *f, struct vmtrack_watch __user *uarg)
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	if (a.flags || a.reserved)
+	if ((a.flags & ~VMTRACK_WATCH_MAPPED) || a.reserved)
 		return -EINVAL;
 	if (!a.len || !PAGE_ALIGNED(a.start) || !PAGE_ALIGNED(a.len))
 		return -EINVAL;
@@ -381,6 +401,15 @@ static long ioc_watch(struct vmtrack_file *f, struct vmtrack_watch __user *uarg)
 	a.handle = wk_handle(w);
 	a.index = w->index;
 	a.gen = w->gen0;
+	/*
+	 * Checked with the notifier in place: an unmap after this look moves the word, so an
+	 * unmoved word says the range is still mapped. (w may be unwatched by now only through
+	 * its handle, which the caller does not have yet.)
+	 */
+	if ((a.flags & VMTRACK_WATCH_MAPPED) && !range_mapped(f->mm, a.start, a.len)) {
+		unwatch_handle(f, a.handle);
+		return -EFAULT;
+	}
 	if (copy_to_user(uarg, &a, sizeof(a))) {
 		unwatch_handle(f, a.handle);
 		return -EFAULT;
@@ -420,6 +449,7 @@ static long ioc_info(struct vmtrack_file *f, struct vmtrack_info __user *uarg)
 	a.event_size = sizeof(struct vmtrack_event);
 	a.watch_bytes = kmem_cache_size(watch_cache) + sizeof(u32);
 	strscpy(a.version, VMTRACK_VERSION, sizeof(a.version));
+	a.features = VMTRACK_FEATURE_WATCH_MAPPED;
 	if (copy_to_user(uarg, &a, sizeof(a)))
 		return -EFAULT;
 	return 0;

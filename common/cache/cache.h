@@ -426,6 +426,7 @@ private:
     // (remember_mapped_); forgotten by every unmap and invalidation.
     MappedBlocks mapped_blocks_;
     bool remember_mapped_ = false;
+    bool watch_checks_mapped_ = false;  // Tracker::watch_checks_mapped
 
     // Subscribers: read by every event under a shared lock, changed rarely.
     pthread_rwlock_t subs_lock_ = PTHREAD_RWLOCK_INITIALIZER;

@@ -91,6 +91,7 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     c->tracked_ = strcmp(c->tracker_->name(), "none") != 0;
     c->unwatch_needed_ = c->tracker_->watches_ranges();
     c->remember_mapped_ = c->tracker_->hears_every_unmap();
+    c->watch_checks_mapped_ = c->tracker_->watch_checks_mapped();
     c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
     c->max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
     c->max_bytes_ = opts && opts->max_bytes ? opts->max_bytes : default_max_bytes();

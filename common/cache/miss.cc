@@ -324,11 +324,11 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
             return rc;
     }
     // The mapped check is the device's own registration where it makes one (it then fails
-    // with -EFAULT, and nothing is cached). Otherwise only what is not known to be mapped is
-    // checked: the request, or the whole union if some of what it absorbs may not be, and
+    // with -EFAULT, and nothing is cached), or the watch where the tracker's does one (kmod).
+    // Otherwise only what is not known to be mapped is checked: the request, or the whole union if some of what it absorbs may not be, and
     // what the cache learnt of the address space may answer for it (mapped_blocks.h). A
     // cached range registered again for more rights (base) is known to be mapped.
-    if (!plan->base && !device_checks_mapped(dev)) {
+    if (!plan->base && !device_checks_mapped(dev) && !watch_checks_mapped_) {
         bool whole = !plan->union_known_mapped;
         if (!miss_range_mapped(whole ? u0 : a0, whole ? u1 : a1)) {
             tracker_->unwatch(u0, u1 - u0, plan->watch);

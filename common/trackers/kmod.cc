@@ -101,6 +101,12 @@ public:
 
     const char *name() const noexcept override { return "kmod"; }
     const std::atomic<uint32_t> *words() const noexcept override { return words_; }
+    // A module with VMTRACK_FEATURE_WATCH_MAPPED refuses to watch a range with a hole, and a
+    // parked watch is reused only while its word has not moved (no unmap since its check).
+    bool watch_checks_mapped() const noexcept override
+    {
+        return info_.features & VMTRACK_FEATURE_WATCH_MAPPED;
+    }
 
     int watch(uintptr_t start, size_t len, WatchToken *token) noexcept override
     {
@@ -218,6 +224,11 @@ public:
              "own), before it completes; not mprotect (same pages)\n";
         d += "hit check: one load of the range's word, no system call; subscribers hear of "
              "changes on the next miss or vmt_flush (after the change)\n";
+        d += watch_checks_mapped()
+                 ? "mapped check of a miss: the watch itself (the module refuses a range with "
+                   "a hole)\n"
+                 : "mapped check of a miss: msync, for devices that do not check (a module "
+                   "older than this library)\n";
         return d;
     }
 
@@ -304,6 +315,8 @@ private:
         a.start = start;
         a.len = len;
         a.cookie = start;
+        if (watch_checks_mapped())
+            a.flags = VMTRACK_WATCH_MAPPED;
         if (ioctl(fd_, VMTRACK_IOC_WATCH, &a) != 0)
             return -errno;
         token->handle = a.index;

@@ -86,6 +86,10 @@ public:
     // check found stays known until it hears otherwise (cache/mapped_blocks.h). (uffd's
     // watch is no mapped check: UFFDIO_REGISTER takes a range with holes in it.)
     virtual bool hears_every_unmap() const noexcept { return false; }
+    // Whether a watch succeeds only on a wholly mapped range, and a watch whose word has not
+    // moved says the range is still mapped (kmod, with a module that checks): the cache then
+    // makes no mapped check of its own.
+    virtual bool watch_checks_mapped() const noexcept { return false; }
 
     // Called on the miss path and by vmt_flush, outside locks: handle pending events.
     virtual void poll() noexcept {}

@@ -43,19 +43,26 @@ struct vmtrack_info {
 	__u32 event_size;	/* sizeof(struct vmtrack_event) */
 	__u64 watch_bytes;	/* kernel memory per watch (approximate) */
 	char version[32];	/* module version, NUL-terminated */
-	__u64 reserved[4];	/* zero */
+	__u64 features;		/* VMTRACK_FEATURE_*: what this module does beyond ABI 1 */
+	__u64 reserved[3];	/* zero */
 };
 
+/* VMTRACK_IOC_WATCH takes VMTRACK_WATCH_MAPPED (a module without it: zero, and EINVAL). */
+#define VMTRACK_FEATURE_WATCH_MAPPED	(1ull << 0)
+
 /* VMTRACK_IOC_WATCH: watch [start, start+len). start and len must be page aligned, len > 0,
- * the range inside the user address space; flags and reserved must be 0. Ranges may overlap.
- * On return every change of the range that started earlier has completed; every later change
- * increments words[index] (it is gen now). Errors: EINVAL (bad argument), ENOSPC (max_watches
- * reached), ENOMEM, EBADF (not the opener's address space), EFAULT. */
+ * the range inside the user address space; flags 0 or VMTRACK_WATCH_MAPPED, reserved 0.
+ * Ranges may overlap. On return every change of the range that started earlier has completed;
+ * every later change increments words[index] (it is gen now). With VMTRACK_WATCH_MAPPED the
+ * watch is made only if VMAs cover the whole range once it is in place (else EFAULT, and
+ * nothing is watched): a word that has not moved then also says the range is still mapped,
+ * and the caller needs no mapped check of its own. Errors: EINVAL (bad argument), ENOSPC
+ * (max_watches reached), ENOMEM, EBADF (not the opener's address space), EFAULT. */
 struct vmtrack_watch {
 	__u64 start;
 	__u64 len;
 	__u64 cookie;		/* returned in events */
-	__u32 flags;		/* 0 */
+	__u32 flags;		/* 0 or VMTRACK_WATCH_MAPPED */
 	__u32 reserved;		/* 0 */
 	/* out */
 	__u64 handle;		/* for UNWATCH: ((__u64)gen << 32) | index */
@@ -95,6 +102,7 @@ enum {
 
 #define VMTRACK_IOC_MAGIC	0xB9
 #define VMTRACK_IOC_INFO	_IOR(VMTRACK_IOC_MAGIC, 0, struct vmtrack_info)
+#define VMTRACK_WATCH_MAPPED	(1u << 0)
 #define VMTRACK_IOC_WATCH	_IOWR(VMTRACK_IOC_MAGIC, 1, struct vmtrack_watch)
 #define VMTRACK_IOC_UNWATCH	_IOW(VMTRACK_IOC_MAGIC, 2, struct vmtrack_unwatch)
 

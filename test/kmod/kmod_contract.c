@@ -53,7 +53,8 @@ START_TEST(info_and_header)
 	/* the module built from this tree carries configure.ac's version (kmod/Makefile reads
 	 * it when built outside configure, as the guest rig does) */
 	ck_assert_str_eq(v.info.version, PACKAGE_VERSION);
-	for (unsigned i = 0; i < 4; i++)
+	ck_assert_uint_eq(v.info.features, VMTRACK_FEATURE_WATCH_MAPPED);
+	for (unsigned i = 0; i < 3; i++)
 		ck_assert_uint_eq(v.info.reserved[i], 0);
 	ck_assert_uint_eq(v.w[VMTRACK_W_MAGIC], VMTRACK_MAGIC);
 	ck_assert_uint_eq(v.w[VMTRACK_W_ABI], VMTRACK_ABI_VERSION);
@@ -119,7 +120,8 @@ START_TEST(hostile_watch)
 	ck_assert_int_eq(raw_watch(&v, b, -(uint64_t)pg, 0, 0), -EINVAL);	/* wraps */
 	ck_assert_int_eq(raw_watch(&v, 1ull << 56, pg, 0, 0), -EINVAL);	/* kernel half */
 	ck_assert_int_eq(raw_watch(&v, 0xffff800000000000ull, pg, 0, 0), -EINVAL);
-	ck_assert_int_eq(raw_watch(&v, b, pg, 1, 0), -EINVAL);		/* unknown flag */
+	ck_assert_int_eq(raw_watch(&v, b, pg, 2, 0), -EINVAL);		/* unknown flag */
+	ck_assert_int_eq(raw_watch(&v, b, pg, VMTRACK_WATCH_MAPPED | 2, 0), -EINVAL);
 	ck_assert_int_eq(raw_watch(&v, b, pg, 0x80000000u, 0), -EINVAL);
 	ck_assert_int_eq(raw_watch(&v, b, pg, 0, 1), -EINVAL);		/* reserved */
 	/* bad pointers */
@@ -141,6 +143,41 @@ START_TEST(hostile_watch)
 	ck_assert_int_eq(raw_watch(&v, 1ull << 40, pg, 0, 0), 0);
 	vt_close(&v);
 	munmap(buf, 2 * pg);
+}
+END_TEST
+
+/* VMTRACK_WATCH_MAPPED: a range with a hole anywhere (or none of it mapped) is refused and
+ * leaves no watch; a wholly mapped one, of several VMAs, is watched as without the flag. */
+START_TEST(watch_mapped_refuses_holes)
+{
+	struct vt v;
+	struct vmtrack_watch a;
+	char *buf = vt_map(8 * pg);
+	uint64_t b = (uintptr_t)buf;
+
+	open_ok(&v);
+	ck_assert_int_eq(mprotect(buf + 2 * pg, pg, PROT_READ), 0);	/* three VMAs */
+	ck_assert_int_eq(raw_watch(&v, b, 8 * pg, VMTRACK_WATCH_MAPPED, 0), 0);
+	ck_assert_int_eq(munmap(buf + 5 * pg, pg), 0);
+	ck_assert_int_eq(raw_watch(&v, b, 8 * pg, VMTRACK_WATCH_MAPPED, 0), -EFAULT);
+	ck_assert_int_eq(raw_watch(&v, b + 5 * pg, pg, VMTRACK_WATCH_MAPPED, 0), -EFAULT);
+	ck_assert_int_eq(raw_watch(&v, b + 4 * pg, 2 * pg, VMTRACK_WATCH_MAPPED, 0), -EFAULT);
+	ck_assert_int_eq(raw_watch(&v, b + 5 * pg, 2 * pg, VMTRACK_WATCH_MAPPED, 0), -EFAULT);
+	ck_assert_int_eq(raw_watch(&v, 1ull << 40, pg, VMTRACK_WATCH_MAPPED, 0), -EFAULT);
+	ck_assert_int_eq(raw_watch(&v, b, 5 * pg, VMTRACK_WATCH_MAPPED, 0), 0);
+	ck_assert_int_eq(ioctl(v.fd, VMTRACK_IOC_INFO, &v.info), 0);
+	ck_assert_uint_eq(v.info.nr_watches, 2);	/* the two that were accepted */
+	/* a watch made with the flag moves its word when the range goes, as any other */
+	memset(&a, 0, sizeof(a));
+	a.start = b + 6 * pg;
+	a.len = pg;
+	a.flags = VMTRACK_WATCH_MAPPED;
+	ck_assert_int_eq(ioctl(v.fd, VMTRACK_IOC_WATCH, &a), 0);
+	ck_assert(vt_valid(&v, &a));
+	ck_assert_int_eq(munmap(buf + 6 * pg, pg), 0);
+	ck_assert(!vt_valid(&v, &a));
+	vt_close(&v);
+	munmap(buf, 8 * pg);
 }
 END_TEST
 
@@ -897,6 +934,7 @@ int main(void)
 
 	tc = tcase_create("hostile");
 	tcase_add_test(tc, hostile_watch);
+	tcase_add_test(tc, watch_mapped_refuses_holes);
 	tcase_add_test(tc, hostile_unwatch);
 	tcase_add_test(tc, handles_of_another_file);
 	suite_add_tcase(s, tc);

@@ -114,6 +114,36 @@ START_TEST(unmapped_is_efault)
 }
 END_TEST
 
+/* With a module that checks the mapping in its watch, that is the only mapped check: a range
+ * unmapped while its watch is parked, and one over a cached neighbour that went, are refused
+ * all the same. */
+START_TEST(unmapped_while_parked_is_efault)
+{
+	struct fixture f;
+	struct vmt_reg *r;
+	size_t len = 4 * page;
+	char *buf;
+
+	fixture_open(&f, "kmod", 0);
+	buf = map_at(NULL, 3 * len);
+	get_put(&f, buf, len);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* its watch is parked */
+	munmap(buf, len);
+	ck_assert_int_eq(vmt_get(f.dev, buf, len, VMT_ACCESS_READ, &r), -EFAULT);
+	/* a cached neighbour unmapped: a request touching it merges with nothing that is gone,
+	 * and one reaching into the hole is refused */
+	get_put(&f, buf + 2 * len, len);
+	munmap(buf + 2 * len, len);
+	ck_assert_int_eq(vmt_get(f.dev, buf + len, len, VMT_ACCESS_READ, &r), 0);
+	vmt_put(r);
+	ck_assert_int_eq(vmt_get(f.dev, buf + len, 2 * len, VMT_ACCESS_READ, &r), -EFAULT);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);
+	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
+	munmap(buf, 3 * len);
+	fixture_close(&f);
+}
+END_TEST
+
 START_TEST(mprotect_keeps_hits)
 {
 	struct fixture f;
@@ -358,6 +388,7 @@ int main(void)
 	if (rc)
 		return rc;
 	tcase_add_test(tc, report_names_kmod);
+	tcase_add_test(tc, unmapped_while_parked_is_efault);
 	tcase_add_loop_test(tc, hit_until_changed, 0, 4);
 	tcase_add_test(tc, unmapped_is_efault);
 	tcase_add_test(tc, mprotect_keeps_hits);
