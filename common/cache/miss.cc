@@ -10,8 +10,9 @@
 // index, since it may have been freed and reused meanwhile. Unmaps that skip the lock cannot
 // race a miss at all (Cache::MissInProgress). Device calls, tracker watches and the mapped
 // check run without the lock: they may block or unmap memory. The mapped check is no system
-// call of the cache's where the device checks (VMT_DEVICE_CHECKS_MAPPED), and otherwise covers
-// only the request: the cached neighbours a union absorbs are mapped while the tracker (one
+// call of the cache's where the device checks (VMT_DEVICE_CHECKS_MAPPED) or the watch does
+// (kmod), one per 2 MiB block under hooks (mapped_blocks.h), and otherwise covers only the
+// request: the cached neighbours a union absorbs are mapped while the tracker (one
 // that sees unmaps) keeps them valid, and one unmapped meanwhile makes the insert fail. So
 // does one that leaves the index meanwhile (evicted, flushed: remove_entry logs it), since
 // from its unwatch on no tracker that watches ranges (uffd, kmod) hears of its unmap.
@@ -325,9 +326,10 @@ int Cache::register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bo
     }
     // The mapped check is the device's own registration where it makes one (it then fails
     // with -EFAULT, and nothing is cached), or the watch where the tracker's does one (kmod).
-    // Otherwise only what is not known to be mapped is checked: the request, or the whole union if some of what it absorbs may not be, and
-    // what the cache learnt of the address space may answer for it (mapped_blocks.h). A
-    // cached range registered again for more rights (base) is known to be mapped.
+    // Otherwise only what is not known to be mapped is checked: the request, or the whole
+    // union if some of what it absorbs may not be, and what the cache learnt of the address
+    // space may answer for it (mapped_blocks.h). A cached range registered again for more
+    // rights (base) is known to be mapped.
     if (!plan->base && !device_checks_mapped(dev) && !watch_checks_mapped_) {
         bool whole = !plan->union_known_mapped;
         if (!miss_range_mapped(whole ? u0 : a0, whole ? u1 : a1)) {
