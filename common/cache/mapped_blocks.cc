@@ -14,7 +14,9 @@ bool range_mapped(uintptr_t a0, uintptr_t a1) noexcept
 bool MappedBlocks::mapped(uintptr_t a0, uintptr_t a1) noexcept
 {
     const uint64_t b0 = a0 >> kBlockShift, b1 = (a1 - 1) >> kBlockShift;
-    if (b1 - b0 >= kMaxBlocks)
+    // Past 57-bit addresses a block number does not fit its slot's word: a failed check there
+    // (no user memory is there) would mark the user block that shares the slot holed.
+    if (b1 - b0 >= kMaxBlocks || b1 >> (64 - kBlockPos))
         return range_mapped(a0, a1);
     uint64_t seen[kMaxBlocks];
     bool whole = true, holed = false;
