@@ -112,12 +112,13 @@ struct stress {
     struct slot slots[THREADS * SLOTS_PER_THREAD];
     atomic_int stop;
     atomic_long gets, failures, stale, wrong_errors, unmaps, taken;
+    atomic_int noted;  /* the first thread to find something writes detail */
     char detail[256];
 };
 
 static void note(struct stress *s, const char *fmt, int a, void *b)
 {
-    if (!s->detail[0])
+    if (!atomic_exchange(&s->noted, 1))
         snprintf(s->detail, sizeof s->detail, fmt, a, b);
 }
 
