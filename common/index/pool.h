@@ -12,9 +12,10 @@
 // A chunk is carved as objects are needed, not when it is mapped: carving a whole chunk cost
 // its 64 page faults (about 150 us on a VM) in the one miss that grew the pool, three times
 // over in a new cache's first miss (entries, registrations, index nodes), where a cache of a
-// few hundred entries touches a few pages of each. The chunks of a pool that goes (a cache
-// destroyed) wait in a small process-wide stash for the next pool, as freed memory waits in
-// malloc.
+// few hundred entries touches a few pages of each. A fresh chunk's objects are its zero
+// pages (carve). The chunks of a pool that goes (a cache destroyed) wait in a small
+// process-wide stash for the next pool, as freed memory waits in malloc; such a chunk is
+// built into the free list at once, as its pages are resident already.
 #ifndef VMTRACK_COMMON_POOL_H
 #define VMTRACK_COMMON_POOL_H
 
@@ -72,15 +73,14 @@ public:
     // nullptr only when the system refuses memory.
     T *alloc() noexcept
     {
-        if (free_) {
-            T *obj = free_;
-            free_ = link(obj)->load(std::memory_order_relaxed);
-            free_count_--;
-            return obj;
-        }
-        if (uncarved() == 0 && !grow())
+        if (!free_ && uncarved() == 0 && !grow())
             return nullptr;
-        return carve();
+        if (!free_)
+            return carve();  // a fresh chunk's (grow built a stashed one into free_)
+        T *obj = free_;
+        free_ = link(obj)->load(std::memory_order_relaxed);
+        free_count_--;
+        return obj;
     }
 
     // Whether at least `count` objects can be had now, growing if need be: a caller that must
@@ -114,7 +114,8 @@ private:
     bool grow() noexcept
     {
         void *mem = ChunkStash::take();
-        if (!mem) {
+        bool fresh = !mem;
+        if (fresh) {
             mem = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                        -1, 0);
             if (mem == MAP_FAILED)
@@ -123,17 +124,45 @@ private:
         Chunk *c = static_cast<Chunk *>(mem);
         c->next = chunks_list_;
         chunks_list_ = c;
-        carve_ = static_cast<char *>(mem) +
-                 ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
-        carve_end_ = static_cast<char *>(mem) + kChunkBytes;
+        char *p = static_cast<char *>(mem) +
+                  ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
+        char *end = static_cast<char *>(mem) + kChunkBytes;
+        if (fresh && zero_is_default()) {
+            carve_ = p;
+            carve_end_ = end;
+            return true;
+        }
+        // A stashed chunk holds what its last pool left (resident already: no faults here).
+        carve_ = carve_end_ = nullptr;
+        for (; p + sizeof(T) <= end; p += sizeof(T))
+            free(new (p) T());
         return true;
     }
 
+    // An object of a fresh chunk is its zero pages, which are a T() (zero_is_default), so
+    // carving writes nothing. Constructing it here instead, under the index lock and just
+    // before the object is published, left no happens-before between those stores and a
+    // lock-free reader that races the publication (TSan saw it): such a reader only reads
+    // and then fails its sequence check, and now it reads what the kernel zeroed.
     T *carve() noexcept
     {
-        T *obj = new (carve_) T();
+        T *obj = std::launder(reinterpret_cast<T *>(carve_));
         carve_ += sizeof(T);
         return obj;
+    }
+
+    // Whether T() is all zero bytes (so a zero page is one): computed once per type.
+    static bool zero_is_default() noexcept
+    {
+        static const bool zero = [] {
+            alignas(T) static unsigned char buf[sizeof(T)];  // zero, as static storage is
+            new (buf) T();
+            for (unsigned char b : buf)
+                if (b)
+                    return false;
+            return true;
+        }();
+        return zero;
     }
 
     // Objects the newest chunk can still give without touching what it gave.
