@@ -50,6 +50,14 @@ test_test_index_walks_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_s
 test_test_index_walks_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
 test_test_index_walks_LDADD = $(CHECK_LIBS) -lpthread
 
+# The pools' chunks, from a fresh mmap and from the stash an earlier pool left.
+check_PROGRAMS += test/test_pool
+TESTS += test/test_pool
+test_test_pool_SOURCES = test/test_pool.cc
+test_test_pool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_srcdir)/test
+test_test_pool_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
+test_test_pool_LDADD = $(CHECK_LIBS)
+
 # The miss's mapped check and what it remembers of the address space, against the kernel.
 check_PROGRAMS += test/test_mapped_blocks
 TESTS += test/test_mapped_blocks

@@ -14,8 +14,13 @@
 // over in a new cache's first miss (entries, registrations, index nodes), where a cache of a
 // few hundred entries touches a few pages of each. A fresh chunk's objects are its zero
 // pages (carve). The chunks of a pool that goes (a cache destroyed) wait in a small
-// process-wide stash for the next pool, as freed memory waits in malloc; such a chunk is
-// built into the free list at once, as its pages are resident already.
+// process-wide stash for the next pool, as freed memory waits in malloc. Each chunk says
+// which type it holds and how far it was ever carved (Chunk): a pool that takes one of its
+// own type carves it again from the start, its objects valid already below that mark and zero
+// pages above it, so taking it writes nothing. Building the whole chunk into the free list
+// instead touched all 64 pages of a chunk its last pool had carved a few pages of: about 240
+// page faults and 10000 constructions in a new cache's first misses, the cost of every
+// new cache but the first in a process (a bench that makes a cache per run, or a test).
 #ifndef VMTRACK_COMMON_POOL_H
 #define VMTRACK_COMMON_POOL_H
 
@@ -30,16 +35,36 @@ namespace vmt {
 // Chunks of every pool are this size, so any pool can take any stashed chunk.
 constexpr size_t kPoolChunkBytes = 256 * 1024;
 
+// The head of every chunk. type: the pool type whose objects the chunk holds (Pool<T>::
+// type_tag); carved: the offset below which its objects were ever handed out (valid objects of
+// that type); above it the chunk is the zero pages mmap gave.
+struct PoolChunk {
+    PoolChunk *next;
+    const void *type;
+    size_t carved;
+};
+
 // The stash of chunks left by pools that went. Only ever try-locked: a thread that finds it
 // busy maps or unmaps as if there were no stash, so it never waits, and a child forked while
 // another thread held it just does without.
 class ChunkStash {
 public:
-    static void *take() noexcept
+    // A chunk of `type` if there is one, else any, else nullptr.
+    static PoolChunk *take(const void *type) noexcept
     {
         if (busy_.exchange(true, std::memory_order_acquire))
             return nullptr;
-        void *c = count_ ? chunks_[--count_] : nullptr;
+        PoolChunk *c = nullptr;
+        if (count_) {
+            size_t pick = count_ - 1;
+            for (size_t i = count_; i-- > 0;)
+                if (static_cast<PoolChunk *>(chunks_[i])->type == type) {
+                    pick = i;
+                    break;
+                }
+            c = static_cast<PoolChunk *>(chunks_[pick]);
+            chunks_[pick] = chunks_[--count_];
+        }
         busy_.store(false, std::memory_order_release);
         return c;
     }
@@ -106,41 +131,67 @@ public:
 private:
     static_assert(sizeof(T) >= sizeof(void *), "pool objects hold the free link");
     static std::atomic<T *> *link(T *obj) { return reinterpret_cast<std::atomic<T *> *>(obj); }
-    struct Chunk {
-        Chunk *next;
-    };
+    using Chunk = PoolChunk;
     static constexpr size_t kChunkBytes = kPoolChunkBytes;
+    static constexpr size_t kFirstObject =
+        ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
+    static const void *type_tag() noexcept
+    {
+        static const char tag = 0;  // one per T: its address names the type
+        return &tag;
+    }
 
     bool grow() noexcept
     {
-        void *mem = ChunkStash::take();
-        bool fresh = !mem;
-        if (fresh) {
-            mem = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+        close_newest();
+        Chunk *c = ChunkStash::take(type_tag());
+        if (!c) {
+            void *mem = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (mem == MAP_FAILED)
                 return false;
+            c = static_cast<Chunk *>(mem);
+            c->type = type_tag();
+            c->carved = kFirstObject;
         }
-        Chunk *c = static_cast<Chunk *>(mem);
         c->next = chunks_list_;
         chunks_list_ = c;
-        char *p = static_cast<char *>(mem) +
-                  ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
-        char *end = static_cast<char *>(mem) + kChunkBytes;
-        if (fresh && zero_is_default()) {
-            carve_ = p;
-            carve_end_ = end;
-            return true;
+        char *p = reinterpret_cast<char *>(c) + kFirstObject;
+        char *end = reinterpret_cast<char *>(c) + kChunkBytes;
+        if (c->type != type_tag() || !zero_is_default()) {
+            // Another type's objects (or a T that zero pages are not): built as T, at once,
+            // where they were carved (or all of it); what lies above stays zero pages.
+            char *built_end = zero_is_default() ? reinterpret_cast<char *>(c) + c->carved : end;
+            for (char *q = p; q < built_end && q + sizeof(T) <= end; q += sizeof(T))
+                new (q) T();
+            if (!zero_is_default()) {
+                carve_ = carve_end_ = nullptr;
+                for (char *q = p; q + sizeof(T) <= end; q += sizeof(T))
+                    free(reinterpret_cast<T *>(q));
+                c->type = type_tag();
+                c->carved = kChunkBytes;
+                return true;
+            }
+            c->type = type_tag();
         }
-        // A stashed chunk holds what its last pool left (resident already: no faults here).
-        carve_ = carve_end_ = nullptr;
-        for (; p + sizeof(T) <= end; p += sizeof(T))
-            free(new (p) T());
+        carve_ = p;
+        carve_end_ = end;
         return true;
     }
 
-    // An object of a fresh chunk is its zero pages, which are a T() (zero_is_default), so
-    // carving writes nothing. Constructing it here instead, under the index lock and just
+    // The newest chunk's carved mark, before it stops being the newest or goes to the stash.
+    void close_newest() noexcept
+    {
+        if (!chunks_list_ || !carve_)
+            return;
+        size_t at = size_t(carve_ - reinterpret_cast<char *>(chunks_list_));
+        if (at > chunks_list_->carved)
+            chunks_list_->carved = at;
+    }
+
+    // An object of a fresh chunk is its zero pages, which are a T() (zero_is_default), and one
+    // of a stashed chunk of T's below its carved mark a T its last pool left, so carving writes
+    // nothing. Constructing it here instead, under the index lock and just
     // before the object is published, left no happens-before between those stores and a
     // lock-free reader that races the publication (TSan saw it): such a reader only reads
     // and then fails its sequence check, and now it reads what the kernel zeroed.
@@ -173,6 +224,7 @@ private:
 
     void release_all() noexcept
     {
+        close_newest();
         while (chunks_list_) {
             Chunk *next = chunks_list_->next;
             if (!ChunkStash::give(chunks_list_))
