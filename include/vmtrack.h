@@ -68,7 +68,7 @@ enum {
 struct vmt_cache_opts {
     size_t      sz;
     const char *tracker;      /* "auto" (NULL too), "kmod", "hooks", "uffd", "none" (manual) */
-    size_t      max_entries;  /* 0: default */
+    size_t      max_entries;  /* 0: default; ranges cached (up to 64 evicted may wait to go) */
     size_t      max_bytes;    /* 0: default (derived from RLIMIT_MEMLOCK and device limits) */
     unsigned    flags;        /* VMT_CACHE_* */
 };

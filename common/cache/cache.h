@@ -261,6 +261,9 @@ private:
     // Evicts at least `want` entries, and more while the cache is past its limits or
     // for_dev could not take one more registration of adding_bytes.
     size_t evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes = 0) noexcept;
+    // A miss's insert past the cache's limits: evicts, and lets what it retires for
+    // max_entries alone wait for the batch while the pinned bytes stay within max_bytes.
+    void evict_for_insert(Entry *keep) noexcept;
     // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
     bool over_limits(Device *dev, size_t adding_bytes) const noexcept;
     struct DeviceLeaving {  // a device's registrations retired, not deregistered yet
@@ -410,6 +413,13 @@ private:
     // Retired since the last reclaim pass (the batch: count and bytes), and all in limbo_
     // (held ones included).
     std::atomic<size_t> limbo_new_{0}, limbo_new_bytes_{0}, limbo_total_{0};
+    // Of limbo_new_, those that must not wait for the batch where the barrier is free: every
+    // retirement but an eviction for max_entries alone (insert_plan). A merge, an upgrade, an
+    // invalidation, a flush deregister at once, as callers (UCX's semantics) expect; an entry
+    // evicted only to keep the index at its size waits like any retirement of a process
+    // with more than one thread (its pinned bytes still count: see insert_plan).
+    std::atomic<size_t> limbo_urgent_{0};
+    bool retire_may_wait_ = false;  // under lock_: retire() leaves limbo_urgent_ alone
     SpinLock reclaim_lock_;        // one reclaimer at a time; never taken under lock_
 
     struct Range { uintptr_t start, end; int depth; };

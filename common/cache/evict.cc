@@ -51,6 +51,18 @@ void Cache::lru_unlink(Entry *e) noexcept
     e->lru_prev = e->lru_next = nullptr;
 }
 
+void Cache::evict_for_insert(Entry *keep) noexcept
+{
+    // The batch's bytes are still pinned: with them the cache must stay within max_bytes, or
+    // they go at once like any other retirement.
+    retire_may_wait_ = bytes_cached_ <= max_bytes_;
+    evict_locked(nullptr, keep, 0);
+    retire_may_wait_ = false;
+    if (bytes_cached_ + limbo_new_bytes_.load(std::memory_order_relaxed) > max_bytes_ &&
+        limbo_new_.load(std::memory_order_relaxed) != 0)
+        add_under_lock(limbo_urgent_, size_t{1});
+}
+
 bool Cache::device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
 {
     // What is leaving is counted in regions and bytes still (retired, not deregistered yet).

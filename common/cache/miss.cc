@@ -415,7 +415,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         return 0;
     }
     if (over_limits(nullptr, 0))
-        evict_locked(nullptr, target, 0);
+        evict_for_insert(target);
     take_hold(t, r);
     write_end();
     g.unlock();

@@ -8,7 +8,8 @@
 // that one barrier serves many (reclaim_if_due, which leaves its batch to a pass already
 // running in another thread rather than wait for it); a device at its own limit, flush,
 // invalidate, detach and the last put of a retired registration reclaim at once (reclaim), and
-// so does every caller where the barrier is free (no other thread owns a thread record).
+// so does every caller where the barrier is free (no other thread owns a thread record), but
+// for evictions made only for max_entries (limbo_urgent_, Cache::evict_for_insert).
 // reclaim() then runs reader_barrier(): every reader that published a hold before the
 // retirement is now visible to it, and every later reader sees the moved sequence or epoch
 // and takes its hold back. What is still held after that stays in limbo_ (counted as
@@ -57,6 +58,8 @@ void Cache::retire(Reg *r) noexcept
     add_under_lock(limbo_new_bytes_, size_t{e->end.load(std::memory_order_relaxed) -
                                             e->start.load(std::memory_order_relaxed)});
     add_under_lock(limbo_total_, size_t{1});
+    if (!retire_may_wait_)
+        add_under_lock(limbo_urgent_, size_t{1});
 }
 
 void Cache::count_deregistration(size_t len) noexcept
@@ -176,7 +179,7 @@ void Cache::reclaim_if_due() noexcept
         return;
     if (limbo_new_.load(std::memory_order_relaxed) >= kReclaimBatch ||
         limbo_new_bytes_.load(std::memory_order_relaxed) >= kReclaimBatchBytes ||
-        reader_barrier_is_free())
+        (limbo_urgent_.load(std::memory_order_relaxed) != 0 && reader_barrier_is_free()))
         reclaim_unless_busy();
 }
 
@@ -286,6 +289,7 @@ void Cache::reclaim_pass() noexcept
         limbo_nonempty_.store(false, std::memory_order_relaxed);
         limbo_new_.store(0, std::memory_order_relaxed);
         limbo_new_bytes_.store(0, std::memory_order_relaxed);
+        limbo_urgent_.store(0, std::memory_order_relaxed);
     }
     if (!list)
         return;
