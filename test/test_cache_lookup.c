@@ -22,7 +22,7 @@ START_TEST(hit_and_miss)
     struct fixture fx;
     fixture_open(&fx, "none", 0);
     ck_assert_str_eq(vmt_cache_tracker(fx.cache), "none");
-    char *buf = map_anon(4 * page);
+    char *buf = map_anon(8 * page);
     struct vmt_reg *a = get_ok(fx.dev, buf + 100, 2 * page, VMT_ACCESS_READ);
     ck_assert_ptr_eq(vmt_reg_addr(a), buf);  /* page aligned */
     ck_assert_uint_eq(vmt_reg_len(a), 3 * page);
@@ -42,17 +42,26 @@ START_TEST(hit_and_miss)
     ck_assert_uint_eq(s.hits, 2);
     ck_assert_uint_eq(s.entries, 1);
     ck_assert_uint_eq(s.bytes_registered, 3 * page);
-    /* A range past the entry misses and (merging) registers the union. */
+    /* A range that only touches an entry larger than itself misses and registers alone: a
+     * neighbour that only touches is absorbed while it is no larger than the request. */
     struct vmt_reg *d = get_ok(fx.dev, buf + 3 * page, page, VMT_ACCESS_READ);
-    ck_assert_ptr_eq(vmt_reg_addr(d), buf);
-    ck_assert_uint_eq(vmt_reg_len(d), 4 * page);
+    ck_assert_ptr_eq(vmt_reg_addr(d), buf + 3 * page);
+    ck_assert_uint_eq(vmt_reg_len(d), page);
     vmt_put(d);
     s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.merges, 0);
+    ck_assert_uint_eq(s.entries, 2);
+    /* A larger one touching it registers the union (d's page and its own 4). */
+    struct vmt_reg *e = get_ok(fx.dev, buf + 4 * page, 4 * page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(e), buf + 3 * page);
+    ck_assert_uint_eq(vmt_reg_len(e), 5 * page);
+    vmt_put(e);
+    s = stats_of(fx.cache);
     ck_assert_uint_eq(s.merges, 1);
-    ck_assert_uint_eq(s.entries, 1);
+    ck_assert_uint_eq(s.entries, 2);
     ck_assert_int_eq(vmt_flush(fx.cache), 0);
     ck_assert_int_eq(atomic_load(&fx.fake.live), 0);
-    munmap(buf, 4 * page);
+    munmap(buf, 8 * page);
     fixture_close(&fx);
 }
 END_TEST

@@ -1,6 +1,7 @@
-/* Registrations that grow: ranges that touch merge into one registration of the union
- * (not across a hole, not with VMT_CACHE_NO_MERGE), and a get that asks for more rights
- * upgrades the registration while the old one stays registered until its last put. */
+/* Registrations that grow: ranges that touch merge into one registration of the union (not
+ * across a hole, not with VMT_CACHE_NO_MERGE, and a neighbour that only touches the request
+ * only while it is no larger than the request), and a get that asks for more rights upgrades
+ * the registration while the old one stays registered until its last put. */
 #include "config.h"
 
 #include <check.h>
@@ -65,6 +66,55 @@ START_TEST(merge_and_no_merge)
 }
 END_TEST
 
+/* A device that adds up what it was asked to register. */
+static atomic_long summed_bytes, summed_live;
+static int summing_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    (void)ctx;
+    (void)access;
+    atomic_fetch_add(&summed_bytes, (long)len);
+    atomic_fetch_add(&summed_live, 1);
+    *handle = addr;
+    return 0;
+}
+static void summing_dereg(void *ctx, void *handle)
+{
+    (void)ctx;
+    (void)handle;
+    atomic_fetch_sub(&summed_live, 1);
+}
+
+/* Buffers handed out back to back, each got once (a pool's chunks, malloc's): a touching
+ * neighbour is absorbed only while it is no larger than the request, so the registered bytes
+ * grow with the buffers, not with their square. Each get registering the whole run before it
+ * again made 256 gets of 16 pages register 128 times their bytes. */
+START_TEST(back_to_back_registers_each_byte_a_few_times)
+{
+    struct vmt_cache *cache = cache_open("none");
+    struct vmt_device_ops ops;
+    device_ops_init(&ops, "summing", summing_reg, summing_dereg, 0);
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(cache, &ops, NULL, &dev), 0);
+    const size_t buffers = 256, len = 16 * page;
+    char *base = map_anon(buffers * len);
+    for (size_t i = 0; i < buffers; i++)
+        vmt_put(get_ok(dev, base + i * len, len, VMT_ACCESS_READ));
+    long sum = atomic_load(&summed_bytes);
+    printf("back_to_back: %zu buffers of %zu bytes registered %ld bytes (%.2fx)\n", buffers, len,
+           sum, (double)sum / (double)(buffers * len));
+    ck_assert_int_le(sum, (long)(3 * buffers * len));
+    /* ...and every buffer is still a hit. */
+    struct vmt_stats before = stats_of(cache);
+    for (size_t i = 0; i < buffers; i++)
+        vmt_put(get_ok(dev, base + i * len, len, VMT_ACCESS_READ));
+    ck_assert_uint_eq(stats_of(cache).misses, before.misses);
+    vmt_device_detach(dev);
+    ck_assert_int_eq(atomic_load(&summed_live), 0);
+    vmt_cache_destroy(cache);
+    munmap(base, buffers * len);
+}
+END_TEST
+
 START_TEST(access_upgrade)
 {
     struct fixture fx;
@@ -95,6 +145,7 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const cases[] = {merge_and_no_merge, access_upgrade, NULL};
+    const TTest *const cases[] = {merge_and_no_merge, back_to_back_registers_each_byte_a_few_times,
+                                  access_upgrade, NULL};
     return check_run_cases("cache merge", 60, cases);
 }

@@ -174,7 +174,7 @@ private:
         WatchToken watch;        // a new entry's watch (register_plan)
         void *handle;            // the device's registration (register_plan)
         bool union_known_mapped; // all the union adds to the request is cached and valid
-        bool touches_nothing;    // merging, no entry overlapped or touched the request
+        bool touches_nothing;    // merging, the union absorbed nothing (it is the request)
         uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
     };
     // What a failed walk of the tree saw of the request's neighbours: the entries with the
