@@ -284,6 +284,11 @@ private:
     }
 
     void reclaim() noexcept;
+    // A reclaim at once where the barrier is free, in two halves around the caller's unlock:
+    // under lock_, what limbo_ holds is taken (nullptr: not free, or a pass runs, and the
+    // caller reclaims as it would have); after it, deregistered and freed.
+    Reg *take_limbo_if_free() noexcept;
+    void reclaim_taken(Reg *list) noexcept;
     void reclaim_settled() noexcept;  // also waits for a pass running in another thread
     void reclaim_pass() noexcept;
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.
@@ -292,6 +297,9 @@ private:
     void run_reclaim_passes() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
+    // A pass's work on a list taken from limbo_, after the reader barrier: deregisters what no
+    // thread holds (*done) and returns the held ones (*keep).
+    void deregister_unheld(Reg *list, Reg **done, Reg **keep) noexcept;
     void release_entries(Entry *list) noexcept;            // and its part after
     // The device call of a deregistration; its counters are count_deregistration's, under
     // lock_ (so that a miss pays no atomic read-modify-write for statistics).

@@ -204,6 +204,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
                       const WalkHint *hint) noexcept
 {
     bool device_limited = false;
+    Reg *taken = nullptr;
     {
         std::unique_lock<SpinLock> g(lock_);
         if (first)
@@ -229,8 +230,12 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
                 break;
         }
         plan->index_seq = seq_.load(std::memory_order_relaxed);
+        if (device_limited)
+            taken = take_limbo_if_free();
     }
-    if (device_limited)
+    if (taken)
+        reclaim_taken(taken);
+    else if (device_limited)
         reclaim();
     return false;
 }
@@ -427,8 +432,12 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         evict_for_insert(target);
     take_hold(t, r);
     write_end();
+    Reg *taken = limbo_urgent_.load(std::memory_order_relaxed) ? take_limbo_if_free() : nullptr;
     g.unlock();
-    reclaim_if_due();
+    if (taken)
+        reclaim_taken(taken);
+    else
+        reclaim_if_due();
     *out = r;
     return 0;
 }

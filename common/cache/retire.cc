@@ -294,6 +294,14 @@ void Cache::reclaim_pass() noexcept
     if (!list)
         return;
     reader_barrier();
+    Reg *keep, *done;
+    deregister_unheld(list, &done, &keep);
+    Entry *free_later = free_reclaimed(done, keep);
+    release_entries(free_later);
+}
+
+void Cache::deregister_unheld(Reg *list, Reg **done_out, Reg **keep_out) noexcept
+{
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
         Reg *r = list;
@@ -313,8 +321,8 @@ void Cache::reclaim_pass() noexcept
         r->next.store(done, std::memory_order_relaxed);
         done = r;
     }
-    Entry *free_later = free_reclaimed(done, keep);
-    release_entries(free_later);
+    *done_out = done;
+    *keep_out = keep;
 }
 
 // Under the lock: frees the deregistered registrations in `done` and puts those still held
@@ -356,6 +364,45 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
         limbo_nonempty_.store(true, std::memory_order_relaxed);
     }
     return free_later;
+}
+
+// A miss that retired something that must go at once (a merge, an upgrade, the device's own
+// limit) reclaims it here rather than through reclaim(): limbo_ is taken under the lock the
+// miss holds anyway, and the reader barrier is its check that no other thread owns a record,
+// made after every retirement it covers. A pass of its own took the index lock twice more and
+// fenced three times; this fences once. Where another thread reads, nothing is taken: the
+// retirements wait for a batch (reclaim_if_due) or the caller's reclaim() runs the barrier.
+Reg *Cache::take_limbo_if_free() noexcept
+{
+    if (!limbo_ || t_in_reclaim || !reclaim_lock_.try_lock())
+        return nullptr;
+    if (!reader_barrier_if_free()) {
+        reclaim_lock_.unlock();
+        return nullptr;
+    }
+    Reg *list = limbo_;
+    limbo_ = nullptr;
+    limbo_nonempty_.store(false, std::memory_order_relaxed);
+    limbo_new_.store(0, std::memory_order_relaxed);
+    limbo_new_bytes_.store(0, std::memory_order_relaxed);
+    limbo_urgent_.store(0, std::memory_order_relaxed);
+    return list;
+}
+
+// reclaim_lock_ is held (take_limbo_if_free), and released here.
+void Cache::reclaim_taken(Reg *list) noexcept
+{
+    t_in_reclaim = true;
+    t_reclaim_again = false;
+    Reg *done, *keep;
+    deregister_unheld(list, &done, &keep);
+    release_entries(free_reclaimed(done, keep));
+    t_in_reclaim = false;
+    reclaim_lock_.unlock();
+    if (t_reclaim_again) {  // a dereg put a registration of this cache
+        t_reclaim_again = false;
+        reclaim();
+    }
 }
 
 // Unwatches the entries (outside the lock), then gives them back to their pool (under it).

@@ -162,6 +162,15 @@ bool reader_barrier_is_free() noexcept
     return g_readers_fence.load(std::memory_order_relaxed) || !other_readers();
 }
 
+bool reader_barrier_if_free() noexcept
+{
+    if (g_readers_fence.load(std::memory_order_relaxed)) {
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        return true;
+    }
+    return !other_readers();  // which fences before it looks, as reader_barrier's test does
+}
+
 void reader_barrier() noexcept
 {
     membarrier_setup();

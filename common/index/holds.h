@@ -130,6 +130,10 @@ void reader_barrier() noexcept;
 // Whether reader_barrier() would cost nothing but a fence: readers fence themselves, or no
 // other thread owns a record now. A hint for batching; reader_barrier decides again.
 bool reader_barrier_is_free() noexcept;
+// reader_barrier() where it is only a fence (true), else nothing (false): one fence and one
+// look at the records, for a caller that would otherwise ask reader_barrier_is_free() and
+// then call reader_barrier(), which fence three times between them.
+bool reader_barrier_if_free() noexcept;
 
 // After fork in the child: only the calling thread exists; every other record is freed.
 void holds_after_fork_child() noexcept;
