@@ -176,6 +176,7 @@ private:
         bool union_known_mapped; // all the union adds to the request is cached and valid
         bool touches_nothing;    // merging, the union absorbed nothing (it is the request)
         uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
+        bool count_miss;         // planned without the lock: the insert counts the miss
     };
     // What a failed walk of the tree saw of the request's neighbours: the entries with the
     // greatest start <= it and the smallest start > it, at sequence count seq. The miss that
@@ -198,6 +199,12 @@ private:
     // plan_miss's look at the index (the lock held): true as plan_miss.
     bool plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
                      ThreadRecord *t, Plan *plan, Reg **out, const WalkHint *hint) noexcept;
+    // plan_miss without the lock, for the common fresh miss: true (*plan set) where the failed
+    // walk's view of the index still holds and the request neither overlaps nor touches a
+    // cached range, of a device without limits of its own.
+    bool plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool first,
+                           const WalkHint *hint, Plan *plan) noexcept;
+    void count_miss_locked(Plan *plan) noexcept;  // a plan_without_lock miss that ends early
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
@@ -235,8 +242,9 @@ private:
     void unindex_entry(Entry *e) noexcept;
     void log_invalidation(uintptr_t start, uintptr_t end) noexcept
     {
-        inval_log_[inval_count_ % kInvalLog] = Range{start, end, 0};
-        inval_count_++;
+        uint64_t count = inval_count_.load(std::memory_order_relaxed);
+        inval_log_[count % kInvalLog] = Range{start, end, 0};
+        inval_count_.store(count + 1, std::memory_order_release);
     }
     // Inside a write section (the memo's invalidation relies on it: see memo_fill).
     void retire(Reg *r) noexcept;
@@ -438,7 +446,8 @@ private:
     int paused_events_count_ = 0;
     static constexpr unsigned kInvalLog = 64;
     Range inval_log_[kInvalLog] {};
-    uint64_t inval_count_ = 0;
+    // Written under lock_; read without it only by plan_without_lock, for a plan's mark.
+    std::atomic<uint64_t> inval_count_{0};
 
     // What the mapped checks of misses learnt, where the tracker hears every unmap
     // (remember_mapped_); forgotten by every unmap and invalidation.
