@@ -231,8 +231,10 @@ private:
     }
     void write_end() noexcept
     {
+        // Only writers move seq_, under lock_: a store, not a locked add (a miss's insert and
+        // every eviction end a section).
         if (--write_depth_ == 0)
-            seq_.fetch_add(1, std::memory_order_release);
+            seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     // An entry leaves the index. remove_entry also logs its range as invalidated: a miss that
     // planned with the entry (a union that absorbs it, an upgrade) must plan again, since
