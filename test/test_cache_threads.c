@@ -48,8 +48,12 @@ static void *stress_getter(void *p)
             fprintf(stderr, "stress: vmt_get = %d\n", rc);
             abort();
         }
-        if ((char *)vmt_reg_addr(r) > addr || (char *)vmt_reg_addr(r) + vmt_reg_len(r) < addr + page)
+        char *got = vmt_reg_addr(r);
+        if (got > addr || got + vmt_reg_len(r) < addr + page) {
+            fprintf(stderr, "stress: vmt_get(%p) returned %p, registered [%p, +%zu)\n",
+                    (void *)addr, (void *)r, vmt_reg_addr(r), vmt_reg_len(r));
             abort();
+        }
         held[slot] = r;
         atomic_fetch_add(&s->ops, 1);
     }

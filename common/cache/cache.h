@@ -393,6 +393,7 @@ private:
                    Reg *r) noexcept;
     void note_memo_slot(Entry *e, size_t slot) noexcept;
     void invalidate_slot(MemoSlot &m, const Entry *e) noexcept;
+    void give_up_slot(MemoSlot &m) noexcept;  // a filler's, after its publish failed
     void forget_memo_of(Entry *e) noexcept;
     void move_epoch() noexcept;
     void clear_memo() noexcept;

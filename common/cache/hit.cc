@@ -141,7 +141,7 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     note_memo_slot(e, first + (size_t)way);
     if (seq_.load(std::memory_order_seq_cst) != seq ||
         epoch_.load(std::memory_order_seq_cst) != epoch) {
-        m.stamp.compare_exchange_strong(writing, writing & ~0xffffffffull, std::memory_order_release);
+        give_up_slot(m);
         return;
     }
     std::atomic_thread_fence(std::memory_order_release);
@@ -153,8 +153,25 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.handle.store(r->handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    // Fails (and leaves the slot invalid) if a retirement or clear_memo went over it meanwhile.
-    m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release);
+    // Fails if a retirement or clear_memo went over it meanwhile: they leave the slot odd
+    // (this filler's still) and invalid, and this filler lets it go.
+    if (!m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release))
+        give_up_slot(m);
+}
+
+// The filler that made the slot's stamp odd is the only one that makes it even again, once it
+// has stopped writing the slot's fields. An invalidation that met a filler at work used to
+// make the stamp even (and invalid) at once: a second filler could then take the slot and
+// write its fields while the first was still writing its own, and publish a slot with one
+// page's tag and another range's registration, which a hit then handed out (test_cache_threads
+// under TSan, a few runs in a hundred with two running at once). So an invalidation keeps the
+// stamp odd (and its epoch half 0), and the filler, whose publish then fails, ends it here:
+// even, a new fill count, epoch 0, which no epoch matches.
+void Cache::give_up_slot(MemoSlot &m) noexcept
+{
+    uint64_t s = m.stamp.load(std::memory_order_relaxed);
+    while (!m.stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32, std::memory_order_release)) {
+    }
 }
 
 // Lists the slot in one of the entry's four lanes (unless a lane has it already). With all four
@@ -218,8 +235,12 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
             if (holder != e)
                 return;
         }
-        // A new fill count and epoch 0 (never valid).
-        if (m.stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32, std::memory_order_seq_cst))
+        // A new fill count and epoch 0 (never valid); a filler at work keeps the odd bit, and
+        // only it clears it (give_up_slot).
+        if ((s & 1) && (uint32_t)s == 1)
+            return;  // a filler at work, invalidated already
+        if (m.stamp.compare_exchange_weak(s, (((s >> 32) + 1) << 32) | (s & 1),
+                                          std::memory_order_seq_cst))
             return;
     }
 }
@@ -243,8 +264,9 @@ void Cache::clear_memo() noexcept
 {
     for (size_t i = 0; i < kMemoSlots; i++) {
         uint64_t s = memo_[i].stamp.load(std::memory_order_relaxed);
-        // A new fill count and epoch 0 (never valid); a filler in progress fails to publish.
-        while (!memo_[i].stamp.compare_exchange_weak(s, ((s >> 32) + 1) << 32,
+        // A new fill count and epoch 0 (never valid); a filler in progress fails to publish
+        // and clears the odd bit it keeps (give_up_slot).
+        while (!memo_[i].stamp.compare_exchange_weak(s, (((s >> 32) + 1) << 32) | (s & 1),
                                                      std::memory_order_acq_rel)) {
         }
     }
