@@ -158,20 +158,19 @@ private:
         chunks_list_ = c;
         char *p = reinterpret_cast<char *>(c) + kFirstObject;
         char *end = reinterpret_cast<char *>(c) + kChunkBytes;
-        if (c->type != type_tag() || !zero_is_default()) {
-            // Another type's objects (or a T that zero pages are not): built as T, at once,
-            // where they were carved (or all of it); what lies above stays zero pages.
-            char *built_end = zero_is_default() ? reinterpret_cast<char *>(c) + c->carved : end;
-            for (char *q = p; q < built_end && q + sizeof(T) <= end; q += sizeof(T))
+        if (!zero_is_default()) {  // zero pages are no T: every object built, at once
+            carve_ = carve_end_ = nullptr;
+            for (char *q = p; q + sizeof(T) <= end; q += sizeof(T))
+                free(new (q) T());
+            c->type = type_tag();
+            c->carved = kChunkBytes;
+            return true;
+        }
+        if (c->type != type_tag()) {
+            // Another type's objects where it was carved: built as T; above, zero pages.
+            char *carved_end = reinterpret_cast<char *>(c) + c->carved;
+            for (char *q = p; q < carved_end && q + sizeof(T) <= end; q += sizeof(T))
                 new (q) T();
-            if (!zero_is_default()) {
-                carve_ = carve_end_ = nullptr;
-                for (char *q = p; q + sizeof(T) <= end; q += sizeof(T))
-                    free(reinterpret_cast<T *>(q));
-                c->type = type_tag();
-                c->carved = kChunkBytes;
-                return true;
-            }
             c->type = type_tag();
         }
         carve_ = p;
