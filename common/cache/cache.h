@@ -204,7 +204,7 @@ private:
     // cached range, of a device without limits of its own.
     bool plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool first,
                            const WalkHint *hint, Plan *plan) noexcept;
-    void count_miss_locked(Plan *plan) noexcept;  // a plan_without_lock miss that ends early
+    void count_miss_locked(const Plan &plan) noexcept;  // where plan_without_lock left it
     int register_plan(Device *dev, uintptr_t a0, uintptr_t a1, Plan *plan, bool *may_evict) noexcept;
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
@@ -307,9 +307,10 @@ private:
     void run_reclaim_passes() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
-    // A pass's work on a list taken from limbo_, after the reader barrier: deregisters what no
-    // thread holds (*done) and returns the held ones (*keep).
-    void deregister_unheld(Reg *list, Reg **done, Reg **keep) noexcept;
+    Reg *detach_limbo_locked() noexcept;  // all of limbo_, for a pass (lock_ held)
+    // A pass's work on a list taken from limbo_, after the reader barrier: deregisters and
+    // frees what no thread holds, puts the rest back in limbo_.
+    void reclaim_list(Reg *list) noexcept;
     void release_entries(Entry *list) noexcept;            // and its part after
     // The device call of a deregistration; its counters are count_deregistration's, under
     // lock_ (so that a miss pays no atomic read-modify-write for statistics).

@@ -237,8 +237,8 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
         }
         // A new fill count and epoch 0 (never valid); a filler at work keeps the odd bit, and
         // only it clears it (give_up_slot).
-        if ((s & 1) && (uint32_t)s == 1)
-            return;  // a filler at work, invalidated already
+        if ((uint32_t)s == 1)
+            return;  // a filler at work (odd), invalidated already (epoch 0)
         if (m.stamp.compare_exchange_weak(s, (((s >> 32) + 1) << 32) | (s & 1),
                                           std::memory_order_seq_cst))
             return;

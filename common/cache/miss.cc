@@ -193,7 +193,7 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
             rc = insert_plan(dev, a0, a1, plan, allow_merge, t, out);
         } else if (plan.count_miss) {
             std::lock_guard<SpinLock> g(lock_);
-            count_miss_locked(&plan);
+            count_miss_locked(plan);
         }
         if (rc == kMissUncached)
             return get_uncached(dev, a0, a1, access, out);
@@ -233,12 +233,10 @@ bool Cache::plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned 
     return true;
 }
 
-void Cache::count_miss_locked(Plan *plan) noexcept
+void Cache::count_miss_locked(const Plan &plan) noexcept
 {
-    if (plan->count_miss) {
+    if (plan.count_miss)
         add_under_lock(counts_.misses, uint64_t{1});
-        plan->count_miss = false;
-    }
 }
 
 bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, bool allow_merge,
@@ -429,8 +427,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
 {
     uintptr_t u0 = plan.start, u1 = plan.end;
     std::unique_lock<SpinLock> g(lock_);
-    if (plan.count_miss)
-        add_under_lock(counts_.misses, uint64_t{1});
+    count_miss_locked(plan);
     Reg *r = regs_.alloc();
     Entry *ne = plan.base ? nullptr : entries_.alloc();
     bool no_memory = !r || (!plan.base && !ne);

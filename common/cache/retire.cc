@@ -284,23 +284,26 @@ void Cache::reclaim_pass() noexcept
     Reg *list;
     {
         std::lock_guard<SpinLock> g(lock_);
-        list = limbo_;
-        limbo_ = nullptr;
-        limbo_nonempty_.store(false, std::memory_order_relaxed);
-        limbo_new_.store(0, std::memory_order_relaxed);
-        limbo_new_bytes_.store(0, std::memory_order_relaxed);
-        limbo_urgent_.store(0, std::memory_order_relaxed);
+        list = detach_limbo_locked();
     }
     if (!list)
         return;
     reader_barrier();
-    Reg *keep, *done;
-    deregister_unheld(list, &done, &keep);
-    Entry *free_later = free_reclaimed(done, keep);
-    release_entries(free_later);
+    reclaim_list(list);
 }
 
-void Cache::deregister_unheld(Reg *list, Reg **done_out, Reg **keep_out) noexcept
+Reg *Cache::detach_limbo_locked() noexcept
+{
+    Reg *list = limbo_;
+    limbo_ = nullptr;
+    limbo_nonempty_.store(false, std::memory_order_relaxed);
+    limbo_new_.store(0, std::memory_order_relaxed);
+    limbo_new_bytes_.store(0, std::memory_order_relaxed);
+    limbo_urgent_.store(0, std::memory_order_relaxed);
+    return list;
+}
+
+void Cache::reclaim_list(Reg *list) noexcept
 {
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
@@ -321,8 +324,7 @@ void Cache::deregister_unheld(Reg *list, Reg **done_out, Reg **keep_out) noexcep
         r->next.store(done, std::memory_order_relaxed);
         done = r;
     }
-    *done_out = done;
-    *keep_out = keep;
+    release_entries(free_reclaimed(done, keep));
 }
 
 // Under the lock: frees the deregistered registrations in `done` and puts those still held
@@ -380,13 +382,7 @@ Reg *Cache::take_limbo_if_free() noexcept
         reclaim_lock_.unlock();
         return nullptr;
     }
-    Reg *list = limbo_;
-    limbo_ = nullptr;
-    limbo_nonempty_.store(false, std::memory_order_relaxed);
-    limbo_new_.store(0, std::memory_order_relaxed);
-    limbo_new_bytes_.store(0, std::memory_order_relaxed);
-    limbo_urgent_.store(0, std::memory_order_relaxed);
-    return list;
+    return detach_limbo_locked();
 }
 
 // reclaim_lock_ is held (take_limbo_if_free), and released here.
@@ -394,9 +390,7 @@ void Cache::reclaim_taken(Reg *list) noexcept
 {
     t_in_reclaim = true;
     t_reclaim_again = false;
-    Reg *done, *keep;
-    deregister_unheld(list, &done, &keep);
-    release_entries(free_reclaimed(done, keep));
+    reclaim_list(list);
     t_in_reclaim = false;
     reclaim_lock_.unlock();
     if (t_reclaim_again) {  // a dereg put a registration of this cache
