@@ -90,9 +90,38 @@ START_TEST(memo_survives_other_retirements)
 }
 END_TEST
 
+/* A get whose memo set holds nothing valid skips the set and walks the index (a fresh page's
+ * set is mostly not in any CPU cache). The range's own retirement leaves its set empty; the
+ * walk that fills the slot again must mark the set live again, or the range would never be
+ * hit through the memo again. */
+START_TEST(memo_refills_after_own_retirement)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(4 * page);
+    for (int i = 0; i < 200; i++) {
+        char *at = buf + (i % 4) * page;
+        struct vmt_reg *miss = get_ok(fx.dev, at, page, VMT_ACCESS_READ);
+        ck_assert_int_eq(atomic_load(&fx.fake.regs), i + 1);
+        vmt_put(miss);
+        vmt_put(get_ok(fx.dev, at, page, VMT_ACCESS_READ));  /* a walk of the index: memoized */
+        uint64_t before = stats_of(fx.cache).memo_hits;
+        struct vmt_reg *hit = get_ok(fx.dev, at + 8, 16, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(hit, miss);
+        vmt_put(hit);
+        ck_assert_uint_eq(stats_of(fx.cache).memo_hits, before + 1);
+        ck_assert_int_eq(vmt_invalidate(fx.cache, at, page), 0);
+        ck_assert_int_eq(atomic_load(&fx.fake.deregs), i + 1);
+    }
+    munmap(buf, 4 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {memo_never_stale_across_retirements,
-                                  memo_survives_other_retirements, NULL};
+                                  memo_survives_other_retirements,
+                                  memo_refills_after_own_retirement, NULL};
     return check_run_cases("cache memo", 60, cases);
 }

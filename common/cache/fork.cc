@@ -74,6 +74,7 @@ void Cache::child_after_fork() noexcept
         c->misses_active_.store(0);
         c->index_.reset_after_fork();  // the pools were consistent: lock_ was held
         memset(static_cast<void *>(c->memo_), 0, kMemoSlots * sizeof(MemoSlot));
+        c->clear_live_sets();
         c->seq_.store(0);
         c->lru_head_ = c->lru_tail_ = nullptr;
         c->entry_count_ = 0;

@@ -132,6 +132,7 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
     if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_seq_cst))
         return;
+    mark_set_live(first / 2);
     // The entry lists the slot before the sequence count is read again; a retirement, always
     // in a write section, moves the count before it reads the list (forget_memo_of). So
     // either this filler sees the count moved and gives the slot up, or the retirement finds
@@ -241,8 +242,31 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
             return;  // a filler at work (odd), invalidated already (epoch 0)
         if (m.stamp.compare_exchange_weak(s, (((s >> 32) + 1) << 32) | (s & 1),
                                           std::memory_order_seq_cst))
-            return;
+            break;
     }
+    // The set's other way: valid, or a filler at work in it (its stamp's low half is then the
+    // epoch plus the odd bit), keeps the set live.
+    size_t slot = (size_t)(&m - memo_);
+    uint64_t other = memo_[slot ^ 1].stamp.load(std::memory_order_relaxed);
+    if ((uint32_t)(other & ~1ull) != (uint32_t)epoch_.load(std::memory_order_relaxed)) {
+        size_t set = slot / 2;
+        memo_live_[set / 64].fetch_and(~(1ull << (set % 64)), std::memory_order_relaxed);
+    }
+}
+
+void Cache::mark_set_live(size_t set) noexcept
+{
+    std::atomic<uint64_t> &word = memo_live_[set / 64];
+    uint64_t bit = 1ull << (set % 64);
+    // Loaded first: the word is shared by 64 sets, and most fills find their bit set.
+    if (!(word.load(std::memory_order_relaxed) & bit))
+        word.fetch_or(bit, std::memory_order_relaxed);
+}
+
+void Cache::clear_live_sets() noexcept
+{
+    for (std::atomic<uint64_t> &word : memo_live_)
+        word.store(0, std::memory_order_relaxed);
 }
 
 // Under lock_. Memo slots filled before this moment stop being valid.
@@ -258,6 +282,7 @@ void Cache::move_epoch() noexcept
         counts_.memo_wraps.fetch_add(1, std::memory_order_relaxed);
     }
     epoch_.store(next, std::memory_order_release);
+    clear_live_sets();  // no slot is valid now
 }
 
 void Cache::clear_memo() noexcept
@@ -467,6 +492,7 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
     uintptr_t found = kMemoMiss;
     Cache *c;
     uint64_t tag, epoch, stamp, hold, key;
+    size_t set;
     const Cache::MemoSlot *m;
     ThreadRecord *t;
     std::atomic<uint64_t> *slot;
@@ -476,7 +502,11 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
         goto rare;
     // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
     tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
-    m = &static_cast<const Cache::MemoSlot *>(d->memo)[memo_set(tag)];
+    set = memo_set(tag);
+    m = &static_cast<const Cache::MemoSlot *>(d->memo)[set];
+    if (__builtin_expect(!((d->memo_live[set / 128].load(std::memory_order_relaxed) >>
+                            (set / 2 % 64)) & 1), 0))
+        goto rare;  // nothing valid in the set (memo_live_): the tree is next
     c = d->cache;
     epoch = c->epoch_.load(std::memory_order_acquire);
     stamp = m->stamp.load(std::memory_order_acquire);

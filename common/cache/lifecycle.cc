@@ -174,6 +174,7 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
     }
     fresh->cache = this;
     fresh->memo = memo_;
+    fresh->memo_live = memo_live_;
     fresh->check_words = words_ != always_valid_;
     if (stat_slot_ < kFastStatCaches)
         fresh->hits_offset = (uint32_t)(offsetof(ThreadRecord, hits) + stat_slot_ * sizeof(uint64_t));
