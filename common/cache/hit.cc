@@ -458,7 +458,7 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
     }
     if (released) {
         publish_fence();
-        if (g_retired_regs.load(std::memory_order_acquire) == 0)
+        if (g_retiring_caches.load(std::memory_order_acquire) == 0)
             return;
     }
     Reg *r = reinterpret_cast<Reg *>(reg);
@@ -586,9 +586,9 @@ extern "C" void vmt_put(struct vmt_reg *reg)
         uint64_t misaligned = key << (64 - vmt::kCountBits);
         if (__builtin_expect(((s - vmt::make_slot(key, 1)) | misaligned) < (uint64_t)vmt::kMaxSlotCount, 1)) {
             slot.store(s - 1, vmt::kHoldPutOrder);
-            // Fencing readers (no membarrier) keep g_retired_regs above 0: they never return here.
+            // Fencing readers (no membarrier) keep g_retiring_caches above 0: they never return here.
             std::atomic_signal_fence(std::memory_order_seq_cst);
-            if (__builtin_expect(vmt::g_retired_regs.load(std::memory_order_acquire) == 0, 1))
+            if (__builtin_expect(vmt::g_retiring_caches.load(std::memory_order_acquire) == 0, 1))
                 return;
             vmt::put_full(reg, true);
             return;

@@ -50,7 +50,8 @@ void Cache::retire(Reg *r) noexcept
     Entry *e = r->entry.load(std::memory_order_relaxed);
     forget_memo_of(e);  // no memo slot hands r out from here on (see MemoSlot)
     reg_set_state(r, kRegRetired);
-    g_retired_regs.fetch_add(1, std::memory_order_relaxed);
+    if (limbo_total_.load(std::memory_order_relaxed) == 0)
+        g_retiring_caches.fetch_add(1, std::memory_order_relaxed);  // see its declaration
     r->next.store(limbo_, std::memory_order_relaxed);
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
@@ -346,8 +347,9 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
         if (reg_state(r) != kRegDead)  // deregistered by reclaim_pass (not by detach)
             count_deregistration(len);
         reg_set_state(r, kRegDead);
-        g_retired_regs.fetch_sub(1, std::memory_order_relaxed);
         add_under_lock(limbo_total_, ~size_t{0});  // minus one
+        if (limbo_total_.load(std::memory_order_relaxed) == 0)
+            g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
         regs_.free(r);
         if (--e->regs_alive == 0 && !e->in_index) {
             if (!e->watched) {  // nothing to unwatch: back to the pool now

@@ -14,7 +14,7 @@
 namespace vmt {
 
 __attribute__((visibility("hidden"))) std::atomic<bool> g_readers_fence{false};
-__attribute__((visibility("hidden"))) std::atomic<long> g_retired_regs{0};
+__attribute__((visibility("hidden"))) std::atomic<long> g_retiring_caches{0};
 __thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
@@ -39,12 +39,12 @@ void make_key() { pthread_key_create(&g_exit_key, on_thread_exit); }
 
 // From here on readers fence themselves. This is decided when the first thread record is made,
 // before any memo slot can be filled: the memo is never filled in this mode, which is how
-// vmt_get's memo path knows nothing of it. The fast put checks only g_retired_regs, so it gets
+// vmt_get's memo path knows nothing of it. The fast put checks only g_retiring_caches, so it gets
 // a permanent bias of one: every put then takes the slow path, which fences.
 void readers_must_fence()
 {
     if (!g_readers_fence.exchange(true))
-        g_retired_regs.fetch_add(1);
+        g_retiring_caches.fetch_add(1);
 }
 
 bool record_empty(const ThreadRecord *r)
@@ -209,7 +209,7 @@ void holds_after_fork_child() noexcept
         if (r != t_record)
             r->owned.store(false);
     }
-    g_retired_regs.store(g_readers_fence.load() ? 1 : 0);
+    g_retiring_caches.store(g_readers_fence.load() ? 1 : 0);
     // membarrier registration belongs to the parent's mm.
     g_membarrier_state.store(0);
     membarrier_setup();

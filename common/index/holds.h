@@ -140,9 +140,13 @@ void holds_after_fork_child() noexcept;
 void holds_lock_for_fork() noexcept;
 void holds_unlock_after_fork_parent() noexcept;
 
-// Registrations retired but not yet freed, in every cache of the process. While it is 0 a
-// put needs nothing but its own thread's slot.
-extern std::atomic<long> g_retired_regs __attribute__((visibility("hidden")));
+// The caches of the process that hold a registration retired but not yet freed (plus one
+// where readers fence themselves). While it is 0 a put needs nothing but its own thread's
+// slot. Counted by cache, not by registration: every put reads this word, and a count that
+// moved at every retirement and every free moved its line between the CPUs of two threads
+// missing together at each miss (even on caches of their own), costing each put a transfer.
+// A cache moves it twice a reclaim batch at most (its first retirement, its last free).
+extern std::atomic<long> g_retiring_caches __attribute__((visibility("hidden")));
 
 // Hits of all threads for fast-stat cache slot `slot`: memo hits, or tree hits.
 uint64_t hits_in_threads(unsigned slot, bool tree) noexcept;
