@@ -48,23 +48,27 @@ constexpr uint64_t kMaxMemoDevices = (1ull << (64 - kMemoTagShift)) - 2;
 constexpr uint64_t kMemoSlotsOverflow = ~0ull;
 
 struct Device {
-    Cache *cache = nullptr;
-    struct vmt_device_ops ops {};
-    void *ctx = nullptr;
-    std::string name;
-    int attach_count = 0;        // under the cache's lock_
-    size_t regions = 0;          // registrations alive (incl. retired, not yet deregistered)
-    size_t bytes = 0;
-    std::atomic<bool> detached{false};
-    bool forked_away = false;    // attached in the parent of a fork()
+    // What every vmt_get reads, written only at attach, detach and fork: a cache line of its
+    // own. The counters below, which each miss and each reclaim write under the lock, shared
+    // it before, and two threads, one missing and one hitting (or both missing), then moved
+    // the line between their CPUs at every get.
+    alignas(64) Cache *cache = nullptr;
     // This device's part of a memo tag (memo_tag_of). kNoMemo sends every vmt_get of the
     // device to the full path: detached, attached in the parent of a fork, or a cache that
     // caches nothing. It is the one load the hit path needs to know all of that.
     std::atomic<uint64_t> memo_tag{kNoMemo};
     void *memo = nullptr;        // the cache's memo, one load closer to the hit path
     const std::atomic<uint64_t> *memo_live = nullptr;  // the cache's memo_live_, likewise
+    std::atomic<bool> detached{false};
+    bool forked_away = false;    // attached in the parent of a fork()
     bool check_words = false;    // the cache's tracker has validity words (kmod)
     uint32_t hits_offset = 0;    // of the cache's hit counter in a ThreadRecord
+    struct vmt_device_ops ops {};
+    void *ctx = nullptr;
+    alignas(64) size_t regions = 0;  // registrations alive (incl. retired, not yet deregistered)
+    size_t bytes = 0;
+    int attach_count = 0;        // under the cache's lock_
+    std::string name;
     Device *next = nullptr;
 };
 
@@ -104,12 +108,15 @@ struct Entry {
     std::atomic<Reg *> regs{nullptr};
     std::atomic<uint32_t> watch_handle{0};
     std::atomic<uint32_t> watch_expect{0};
-    std::atomic<uint32_t> last_use{0};   // tick of a recent hit (sampled on the memo path)
+    // Hit since it last reached the LRU head (sampled on the memo path): its second chance. A
+    // flag, set only while clear, rather than the tick of the last hit: the tick moved with
+    // every insert, so a thread hitting while another missed read a line the other wrote at
+    // each miss, and wrote the entry again after each (a third of its hit time).
+    std::atomic<uint32_t> used{0};
     // The memo slots filled with this entry: four lanes of (slot index + 1), 0 free, or
     // kMemoSlotsOverflow when a fifth was filled (Cache::forget_memo_of).
     std::atomic<uint64_t> memo_slots{0};
     // Writer-only below (index lock).
-    uint32_t lru_stamp = 0;              // tick when placed at the LRU head
     uint32_t regs_alive = 0;             // registrations of this entry not yet freed
     std::atomic<bool> in_index{false};   // changed only inside a write section
     bool watched = false;
@@ -338,7 +345,6 @@ private:
 
     // ---- hit path: read-mostly ----
     alignas(64) std::atomic<uint64_t> seq_{0};
-    std::atomic<uint32_t> tick_{1};
     const std::atomic<uint32_t> *words_ = nullptr;
     const std::atomic<uint32_t> *always_valid_ = nullptr;  // words_ of trackers without words
     bool caching_ = true;

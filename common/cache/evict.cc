@@ -16,10 +16,6 @@
 
 namespace vmt {
 
-namespace {
-inline bool tick_after(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
-}  // namespace
-
 bool Cache::over_limits(Device *dev, size_t adding_bytes) const noexcept
 {
     if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
@@ -89,13 +85,11 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want, size_t add
         bool has_dev = !for_dev;
         for (Reg *r = e->regs.load(std::memory_order_relaxed); r && !has_dev; r = r->next.load(std::memory_order_relaxed))
             has_dev = r->dev.load(std::memory_order_relaxed) == for_dev;
-        bool recently_used = tick_after(e->last_use.load(std::memory_order_relaxed), e->lru_stamp);
+        bool recently_used = e->used.load(std::memory_order_relaxed) != 0;
         if (e == keep || recently_used || (!has_dev && !over_limits(nullptr, 0))) {
             // Second chance: it was used since it last reached the head.
             lru_unlink(e);
-            add_under_lock(tick_, uint32_t{1});
-            e->lru_stamp = tick_.load(std::memory_order_relaxed);
-            e->last_use.store(e->lru_stamp, std::memory_order_relaxed);
+            e->used.store(0, std::memory_order_relaxed);
             lru_push_head(e);
             continue;
         }

@@ -98,9 +98,8 @@ inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m
     // worst another entry looks recently used.
     if (__builtin_expect(sample, 0)) {
         Entry *e = m->entry.load(std::memory_order_relaxed);
-        uint32_t tick = tick_.load(std::memory_order_relaxed);
-        if (e && e->last_use.load(std::memory_order_relaxed) != tick)
-            e->last_use.store(tick, std::memory_order_relaxed);
+        if (e && !e->used.load(std::memory_order_relaxed))
+            e->used.store(1, std::memory_order_relaxed);
     }
 }
 
@@ -346,9 +345,8 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
             continue;
         }
         memo_fill(epoch, s, dev, addr, e, r);
-        uint32_t tick = tick_.load(std::memory_order_relaxed);
-        if (e->last_use.load(std::memory_order_relaxed) != tick)
-            e->last_use.store(tick, std::memory_order_relaxed);
+        if (!e->used.load(std::memory_order_relaxed))
+            e->used.store(1, std::memory_order_relaxed);
         if (stat_slot_ < kFastStatCaches)
             t->tree_hits[stat_slot_].store(t->tree_hits[stat_slot_].load(std::memory_order_relaxed) + 1,
                                            std::memory_order_relaxed);

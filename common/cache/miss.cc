@@ -513,7 +513,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     ne->end.store(u1, std::memory_order_relaxed);
     ne->watch_handle.store(plan.watch.handle, std::memory_order_relaxed);
     ne->watch_expect.store(plan.watch.expect, std::memory_order_relaxed);
-    ne->last_use.store(0, std::memory_order_relaxed);
+    ne->used.store(0, std::memory_order_relaxed);
     ne->memo_slots.store(0, std::memory_order_relaxed);
     ne->regs_alive = 1;
     ne->watched = unwatch_needed_;
@@ -525,11 +525,9 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
         return false;
     }
     ne->in_index = true;
-    ne->lru_stamp = tick_.load(std::memory_order_relaxed);
     lru_push_head(ne);
     entry_count_++;
     bytes_cached_ += u1 - u0;
-    add_under_lock(tick_, uint32_t{1});
     return true;
 }
 
