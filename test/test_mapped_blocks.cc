@@ -113,6 +113,44 @@ START_TEST(answers_from_a_whole_block)
 }
 END_TEST
 
+// Misses walking forward through one mapping: from the second block on, one check answers for
+// the fifteen blocks after it too. A region unmapped behind its back (no forget) ten blocks
+// on is still said mapped: the look-ahead marked its block whole without a call of its own.
+START_TEST(looks_ahead_from_a_whole_block)
+{
+    static vmt::MappedBlocks blocks;
+    char *p = map_blocks(20);
+    ck_assert(blocks.mapped(addr(p), addr(p) + kRegion));
+    ck_assert(blocks.mapped(addr(p) + kBlock, addr(p) + kBlock + kRegion));
+    char *ahead = p + 10 * kBlock;
+    ck_assert_int_eq(munmap(ahead, kRegion), 0);  // unheard of
+    ck_assert(blocks.mapped(addr(ahead), addr(ahead) + kRegion));
+    ck_assert(!kernel_mapped(ahead, kRegion));
+    munmap(p, 20 * kBlock);
+}
+END_TEST
+
+// A hole ahead (there before any check, so nothing to forget): the look-ahead finds it and
+// marks nothing ahead; every block before the hole is still found mapped, the hole never is,
+// and the blocks past it are checked on their own.
+START_TEST(looks_ahead_over_a_hole)
+{
+    static vmt::MappedBlocks blocks;
+    char *p = map_blocks(20);
+    char *hole = p + 8 * kBlock + kBlock / 2;
+    ck_assert_int_eq(munmap(hole, kRegion), 0);
+    for (int b = 0; b < 20; b++) {
+        char *at = p + b * kBlock;
+        ck_assert(blocks.mapped(addr(at), addr(at) + kRegion));
+        ck_assert(blocks.mapped(addr(at) + kBlock - kRegion, addr(at) + kBlock));
+    }
+    ck_assert(!blocks.mapped(addr(hole), addr(hole) + kRegion));
+    ck_assert(!blocks.mapped(addr(hole) - 4096, addr(hole) + 4096));
+    ck_assert(!blocks.mapped(addr(p), addr(p) + 20 * kBlock));
+    munmap(p, 20 * kBlock);
+}
+END_TEST
+
 // One thread maps and unmaps a region over and over (forget, munmap, forget, as the hooks
 // do), others check it: a check that ran wholly while the region was unmapped must say so.
 // The window the slots' versions close: a check reads its slot, finds the block mapped, the
@@ -169,7 +207,8 @@ END_TEST
 int main()
 {
     const TTest *const cases[] = {forgets_what_is_unmapped, forgets_a_huge_unmap,
-                                  answers_from_a_whole_block, never_mapped_while_unmapped,
+                                  answers_from_a_whole_block, looks_ahead_from_a_whole_block,
+                                  looks_ahead_over_a_hole, never_mapped_while_unmapped,
                                   nullptr};
     return check_run_cases("mapped blocks", 120, cases);
 }

@@ -35,6 +35,8 @@ bool MappedBlocks::mapped(uintptr_t a0, uintptr_t a1) noexcept
                 retry_later(b, seen[b - b0]);
         return range_mapped(a0, a1);
     }
+    if (mapped_ahead(b0, b1))
+        return true;
     // One system call for the blocks instead of the range: as cheap, and it answers for the
     // misses that follow in the same blocks.
     if (range_mapped(b0 << kBlockShift, (b1 + 1) << kBlockShift)) {
@@ -43,6 +45,30 @@ bool MappedBlocks::mapped(uintptr_t a0, uintptr_t a1) noexcept
     }
     mark(b0, b1, seen, kHoled);
     return range_mapped(a0, a1);
+}
+
+// Buffers handed out one after another walk forward through memory mapped in one piece: a
+// check of 2 MiB each cost a system call every 16 misses of 128 KiB buffers (UCX's rcache,
+// which checks nothing, then missed in 212 ns where the module took 313). From a whole block
+// on, the next check covers kAhead blocks more, one call for 32 MiB. Where that finds a hole
+// (the end of a mapping), it costs a second call, and the next misses there do not look
+// ahead again until they are past the blocks it covered.
+bool MappedBlocks::mapped_ahead(uint64_t b0, uint64_t b1) noexcept
+{
+    const uint64_t last = b1 + kAhead;
+    if (b0 == 0 || !whole(b0 - 1) || last >> (64 - kBlockPos))
+        return false;
+    if (b0 - ahead_failed_.load(std::memory_order_relaxed) <= kAhead)
+        return false;  // past the start of the last failed look-ahead, not past its end
+    uint64_t seen[kMaxBlocks + kAhead];
+    for (uint64_t b = b0; b <= last; b++)
+        seen[b - b0] = slot(b).load(std::memory_order_acquire);
+    if (!range_mapped(b0 << kBlockShift, (last + 1) << kBlockShift)) {
+        ahead_failed_.store(b0, std::memory_order_relaxed);
+        return false;
+    }
+    mark(b0, last, seen, kWhole);
+    return true;
 }
 
 void MappedBlocks::mark(uint64_t b0, uint64_t b1, const uint64_t *seen, State s) noexcept

@@ -43,6 +43,8 @@ private:
     static constexpr unsigned kBlockShift = 21;     // 2 MiB
     static constexpr size_t kSlots = 512;           // 1 GiB of blocks without a collision
     static constexpr uintptr_t kMaxBlocks = 4;      // longer ranges are checked as they are
+    // Blocks checked ahead of a miss whose block follows a whole one (see mapped()).
+    static constexpr uint64_t kAhead = 15;
     static constexpr unsigned kHoledRetry = 16;     // a holed block is tried again after this
     enum State : uint64_t { kUnknown = 0, kWhole = 1, kHoled = 2 };
     static constexpr unsigned kStateBits = 2, kVersionBits = 26;
@@ -58,6 +60,14 @@ private:
     std::atomic<uint64_t> &slot(uint64_t block) noexcept { return slots_[block % kSlots]; }
     // Marks each block of [b0, b1] as s, from the words read before the check.
     void mark(uint64_t b0, uint64_t b1, const uint64_t *seen, State s) noexcept;
+    // The look-ahead: [b0, b1] and kAhead blocks after it at once, if the block before b0 is
+    // whole and no look-ahead failed just before. True if all are mapped (and marked so).
+    bool mapped_ahead(uint64_t b0, uint64_t b1) noexcept;
+    bool whole(uint64_t block) noexcept
+    {
+        uint64_t w = slot(block).load(std::memory_order_relaxed);
+        return block_of(w) == block && state_of(w) == kWhole;
+    }
     // A holed block: counts down its retries, and forgets it when they run out.
     void retry_later(uint64_t block, uint64_t seen) noexcept;
     // A new version of the slot; if it says `block` (any_block: any block) is whole, it no
@@ -66,6 +76,9 @@ private:
 
     std::atomic<uint64_t> slots_[kSlots] {};
     std::atomic<uint8_t> retry_[kSlots] {};  // checks left before a holed block is tried again
+    // The first block of the last look-ahead that failed; at first none (no block is this
+    // far below another: block numbers have 36 bits).
+    std::atomic<uint64_t> ahead_failed_{1ull << 63};
 };
 
 }  // namespace vmt
