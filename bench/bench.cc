@@ -124,13 +124,6 @@ struct HitResult {
     double hits_per_cpu_sec;  // summed over threads, each by its own CPU time (no steal)
 };
 
-double thread_cpu_ns()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 // Two functions that do nothing, called like vmt_get and vmt_put: what the loop and two calls
 // cost by themselves on this machine (reported only; the same for UCX's loop).
 __attribute__((noinline)) int empty_get(struct vmt_device *, const void *, size_t, unsigned,

@@ -3,8 +3,12 @@
 // shared, and the hypervisor takes the CPU away in bursts.
 #include "config.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "bench_miss.h"
 #include "miss_workloads.h"
@@ -39,10 +43,9 @@ unsigned long vmt_miss_registrations(void *ctx)
     return static_cast<CountingDevice *>(ctx)->registrations.load(std::memory_order_relaxed);
 }
 
-// One run of a workload on a fresh vmtrack cache limited to MISS_CACHE_LIMIT entries, null
-// device.
-int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, int threads,
-                struct miss_result *res)
+// A fresh vmtrack cache limited to MISS_CACHE_LIMIT entries, with the null device attached
+// to `counting`. 0, or a negative errno with a message.
+int open_null_cache(const std::string &tracker, struct vmt_cache **cache, CountingDevice *counting)
 {
     struct vmt_cache_opts o;
     memset(&o, 0, sizeof o);
@@ -50,8 +53,7 @@ int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, in
     o.tracker = tracker.c_str();
     o.max_entries = MISS_CACHE_LIMIT;
     o.max_bytes = (size_t)1 << 50;
-    struct vmt_cache *cache;
-    int rc = vmt_cache_create(&o, &cache);
+    int rc = vmt_cache_create(&o, cache);
     if (rc) {
         fprintf(stderr, "vmtrack bench: cannot create a cache with tracker %s: %s\n",
                 tracker.c_str(), vmt_strerror(rc));
@@ -66,14 +68,105 @@ int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, in
     // Like io_uring and verbs: its registration would fail on unmapped memory (the workloads
     // never give it any), so the cache need not check the mapping itself.
     ops_dev.flags = VMT_DEVICE_CHECKS_MAPPED;
-    CountingDevice counting;
-    rc = vmt_device_attach(cache, &ops_dev, &counting, &counting.dev);
-    if (rc == 0) {
-        struct miss_cache mc = {&counting, vmt_miss_get, vmt_miss_put, vmt_miss_registrations};
-        rc = miss_run(&mc, w, ops, threads, res);
-        vmt_device_detach(counting.dev);
+    rc = vmt_device_attach(*cache, &ops_dev, counting, &counting->dev);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: cannot attach the null device: %s\n", vmt_strerror(rc));
+        vmt_cache_destroy(*cache);
     }
+    return rc;
+}
+
+void close_null_cache(struct vmt_cache *cache, CountingDevice *counting)
+{
+    vmt_device_detach(counting->dev);
     vmt_cache_destroy(cache);
+}
+
+// One run of a workload on a fresh cache (open_null_cache).
+int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, int threads,
+                struct miss_result *res)
+{
+    struct vmt_cache *cache;
+    CountingDevice counting;
+    int rc = open_null_cache(tracker, &cache, &counting);
+    if (rc)
+        return rc;
+    struct miss_cache mc = {&counting, vmt_miss_get, vmt_miss_put, vmt_miss_registrations};
+    rc = miss_run(&mc, w, ops, threads, res);
+    close_null_cache(cache, &counting);
+    return rc;
+}
+
+// ns per get+put of one cached buffer (a memo hit), timed in this thread while `misser` runs
+// (or not). Each run, on a fresh cache, gets the buffer twice first: a miss, then the walk of
+// the index that memoizes it.
+struct BesideMisses {
+    CountingDevice counting;
+    std::atomic<bool> stop{false};
+    std::atomic<size_t> misses{0};
+    std::atomic<int> err{0};
+};
+
+void miss_until_stopped(BesideMisses *b)
+{
+    const size_t stride = 128 * 1024, count = 1 << 15;
+    char *base = static_cast<char *>(mmap(nullptr, count * stride, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (base == MAP_FAILED) {
+        b->err = -errno;
+        return;
+    }
+    for (size_t i = 0; !b->stop.load(std::memory_order_relaxed); i++) {
+        struct vmt_reg *r;
+        int rc = vmt_get(b->counting.dev, base + i % count * stride, MISS_REGION_BYTES,
+                         VMT_ACCESS_READ, &r);
+        if (rc) {
+            b->err.store(rc);
+            break;
+        }
+        vmt_put(r);
+        b->misses.store(i + 1, std::memory_order_relaxed);
+    }
+    munmap(base, count * stride);
+}
+
+int time_hits(const std::string &tracker, bool beside_misses, size_t hits, double *ns)
+{
+    BesideMisses b;
+    struct vmt_cache *cache;
+    int rc = open_null_cache(tracker, &cache, &b.counting);
+    if (rc)
+        return rc;
+    std::vector<char> buf(2 * MISS_REGION_BYTES);
+    for (int i = 0; i < 2 && !rc; i++) {
+        struct vmt_reg *r;
+        rc = vmt_get(b.counting.dev, buf.data(), MISS_REGION_BYTES, VMT_ACCESS_READ, &r);
+        if (!rc)
+            vmt_put(r);
+    }
+    std::thread misser;
+    if (!rc && beside_misses) {
+        misser = std::thread(miss_until_stopped, &b);
+        // Timed once the misses run steadily: past the thread's start and the cache's growth.
+        while (b.misses.load(std::memory_order_relaxed) < 2 * MISS_CACHE_LIMIT && !b.err.load())
+            std::this_thread::yield();
+    }
+    double t0 = thread_cpu_ns();
+    for (size_t i = 0; i < hits && !rc; i++) {
+        struct vmt_reg *r;
+        rc = vmt_get(b.counting.dev, buf.data(), MISS_REGION_BYTES, VMT_ACCESS_READ, &r);
+        if (!rc)
+            vmt_put(r);
+    }
+    *ns = (thread_cpu_ns() - t0) / (double)hits;
+    b.stop.store(true);
+    if (misser.joinable())
+        misser.join();
+    close_null_cache(cache, &b.counting);
+    if (!rc && b.err.load())
+        rc = b.err.load();
+    if (rc)
+        fprintf(stderr, "vmtrack bench: hits beside misses: %s\n", vmt_strerror(rc));
     return rc;
 }
 
@@ -188,8 +281,30 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
                      ">= 1.6x", verdict(scaling >= 1.6)});
     rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
                      fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
+
+    // A thread's hits while another misses on the same cache: what one costs the other.
+    const size_t hits = opt.quick ? 500000 : 2000000;
+    std::vector<double> alone, beside, slowdown;
+    for (int r = 0; r < reps; r++) {
+        double a = 0, b = 0;
+        int rc = time_hits(opt.tracker, false, hits, &a);
+        if (!rc)
+            rc = time_hits(opt.tracker, true, hits, &b);
+        if (rc)
+            return rc;
+        alone.push_back(a);
+        beside.push_back(b);
+        slowdown.push_back(b / a);
+    }
+    rows->push_back({"hit while another thread misses (hit alone)",
+                     fmt(median(beside), 1) + " (" + fmt(median(alone), 1) + ")", "ns",
+                     "(reported)", ""});
+    rows->push_back({"  with the misses / alone (median of paired runs)", fmt(median(slowdown), 2),
+                     "x", "(reported)", ""});
     *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"miss_scaling_2t\":" + fmt(scaling, 3) +
-             ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) + "}";
+             ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) +
+             ",\"hit_beside_misses_ns\":" + fmt(median(beside), 2) +
+             ",\"hit_alone_ns\":" + fmt(median(alone), 2) + "}";
     return 0;
 }
 

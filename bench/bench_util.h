@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,14 @@ inline int null_reg(void *, void *addr, size_t, unsigned, void **handle)
     return 0;
 }
 inline void null_dereg(void *, void *) {}
+
+// CPU time of the calling thread: what it ran, without what the hypervisor took.
+inline double thread_cpu_ns()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
 
 // Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output.
 // 0, or a negative errno (the helper is missing, failed, or printed something else).
