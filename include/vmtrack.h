@@ -144,6 +144,14 @@ struct vmt_device_ops {
  * lets that failure be its check that memory is mapped, and makes no system call of its own
  * for it on a miss. A device that may succeed on unmapped memory must not set it. */
 #define VMT_DEVICE_CHECKS_MAPPED 0x1u
+/* The device's max_regions and max_bytes bound what the cache keeps of it, not what it can
+ * hold: a miss registers first and then evicts the device's least recently used registrations
+ * down to them (at once, before vmt_get returns), as UCX's rcache does with its max_regions,
+ * rather than evict before it registers. The device then holds one registration more than its
+ * limit for the length of each miss in progress; in exchange a miss with nothing cached near
+ * it needs the cache's lock once instead of twice. A device that refuses past a hard limit
+ * must not set it. Since 0.1. */
+#define VMT_DEVICE_SOFT_LIMITS 0x2u
 
 /* Attach a device to a cache. Attaching the same (ops->reg, ctx) pair again returns the same
  * device with its reference count raised, so two libraries that share a PD share registrations.

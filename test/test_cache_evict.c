@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -232,10 +233,93 @@ START_TEST(evict_and_retry)
 }
 END_TEST
 
+/* A fake device that records the most registrations it ever held at once. */
+struct peak_device {
+    struct fake_device fake;  /* first: the fake's own reg and dereg get this pointer */
+    int (*fake_reg)(void *, void *, size_t, unsigned, void **);
+    atomic_long peak;
+};
+
+static int peak_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    struct peak_device *p = (struct peak_device *)ctx;
+    int rc = p->fake_reg(ctx, addr, len, access, handle);
+    long live = atomic_load(&p->fake.live), peak = atomic_load(&p->peak);
+    while (live > peak && !atomic_compare_exchange_weak(&p->peak, &peak, live)) {
+    }
+    return rc;
+}
+
+struct record_owner {
+    struct vmt_device *dev;
+    char *buf;
+    pthread_barrier_t done;
+};
+
+/* Owns a thread record of the cache (a get and a put) until the main thread is done: the
+ * cache's reader barrier is then no longer free, and a reclaim has to pay for it. */
+static void *own_a_record(void *arg)
+{
+    struct record_owner *o = (struct record_owner *)arg;
+    vmt_put(get_ok(o->dev, o->buf, page, VMT_ACCESS_READ));
+    pthread_barrier_wait(&o->done);
+    pthread_barrier_wait(&o->done);
+    return NULL;
+}
+
+/* A device's max_regions with VMT_DEVICE_SOFT_LIMITS: the miss registers first (the device
+ * holds one more for a moment), then evicts the least recently used down to the limit; without
+ * it the room is made first. Either way what went is deregistered before vmt_get returns,
+ * also while another thread owns a record of the cache. */
+START_TEST(soft_device_limits)
+{
+    for (int soft = 0; soft < 2; soft++) {
+        struct vmt_cache *cache = cache_open("none");
+        struct peak_device d;
+        fake_init(&d.fake, 2);
+        d.fake_reg = d.fake.ops.reg;
+        d.fake.ops.reg = peak_reg;
+        d.fake.ops.flags = soft ? VMT_DEVICE_SOFT_LIMITS : 0;
+        atomic_init(&d.peak, 0);
+        struct vmt_device *dev;
+        ck_assert_int_eq(vmt_device_attach(cache, &d.fake.ops, &d, &dev), 0);
+        char *base = map_anon(16 * page);
+        for (int i = 0; i < 3; i++)
+            vmt_put(get_ok(dev, base + 2 * i * page, page, VMT_ACCESS_READ));
+        ck_assert_int_eq(atomic_load(&d.fake.live), 2);
+        ck_assert_int_eq(atomic_load(&d.fake.deregs), 1);
+        ck_assert_int_eq(atomic_load(&d.peak), soft ? 3 : 2);
+        long regs = atomic_load(&d.fake.regs);
+        vmt_put(get_ok(dev, base + 4 * page, page, VMT_ACCESS_READ));  /* the newest stayed */
+        vmt_put(get_ok(dev, base + 2 * page, page, VMT_ACCESS_READ));
+        ck_assert_int_eq(atomic_load(&d.fake.regs), regs);
+
+        struct record_owner o;
+        o.dev = dev;
+        o.buf = base + 12 * page;
+        ck_assert_int_eq(pthread_barrier_init(&o.done, NULL, 2), 0);
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, own_a_record, &o), 0);
+        pthread_barrier_wait(&o.done);  /* its registration evicted one of ours */
+        long deregs = atomic_load(&d.fake.deregs);
+        vmt_put(get_ok(dev, base + 8 * page, page, VMT_ACCESS_READ));
+        ck_assert_int_eq(atomic_load(&d.fake.deregs), deregs + 1);
+        ck_assert_int_eq(atomic_load(&d.fake.live), 2);
+        pthread_barrier_wait(&o.done);
+        pthread_join(th, NULL);
+        pthread_barrier_destroy(&o.done);
+        vmt_device_detach(dev);
+        ck_assert_int_eq(atomic_load(&d.fake.live), 0);
+        munmap(base, 16 * page);
+        vmt_cache_destroy(cache);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {lru_by_entries, entries_evictions_wait_for_a_batch,
-                                  waiting_evictions_stay_within_max_bytes,
+                                  waiting_evictions_stay_within_max_bytes, soft_device_limits,
                                   limits_bytes_and_device, device_byte_budget,
                                   evict_and_retry, NULL};
     return check_run_cases("cache evict", 60, cases);

@@ -384,6 +384,9 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
     nr->dops.dereg = dev_dereg;
     nr->dops.max_regions = params->max_regions == ULONG_MAX ? 0 : params->max_regions;
     nr->dops.max_bytes = params->max_size == SIZE_MAX ? 0 : params->max_size;
+    /* UCX's rcache registers a new region first and then evicts its LRU ones down to
+     * max_regions/max_size: they size the cache, the MD can hold more. */
+    nr->dops.flags = VMT_DEVICE_SOFT_LIMITS;
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&nr->cb_lock, &ma);

@@ -209,8 +209,8 @@ int Cache::miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **
 bool Cache::plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access,
                               bool first, const WalkHint *hint, Plan *plan) noexcept
 {
-    if (!hint || !hint->valid || dev->ops.max_regions || dev->ops.max_bytes)
-        return false;  // a device's own limits are counted under the lock
+    if (!hint || !hint->valid || device_evicts_first(dev))
+        return false;  // room for the device is made under the lock
     // The mark first: an invalidation logged after it is seen by the insert (under the lock),
     // one that ended before it is over before this miss looks at the pages, and one in
     // between is still in unmaps_ at the insert or logs its end after the mark.
@@ -260,14 +260,14 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
                             round == 0 ? hint : nullptr))
                 return true;
             size_t planned_bytes = plan->end - plan->start;
-            if (plan->base || !over_limits(dev, planned_bytes))
+            if (plan->base || !over_limits(device_evicts_first(dev) ? dev : nullptr, planned_bytes))
                 break;
             write_begin();
             evict_locked(dev, nullptr, 1, planned_bytes);
             write_end();
             // The device's own room comes back only when deregistered: now. Room in the
             // cache's own limits is there already (a batch may wait).
-            device_limited = dev->ops.max_regions != 0 || dev->ops.max_bytes != 0;
+            device_limited = device_evicts_first(dev);
             // What went may be an entry the union absorbs: plan again without it, rather
             // than register a union that insert_plan would refuse.
             if (!invalidated_since(plan->mark, plan->start, plan->end))
@@ -448,6 +448,10 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     // index is the one the plan saw.
     bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
     write_begin();
+    // Soft limits: room is made now, before this registration counts (it stays: it is not in
+    // the index yet), and what goes is deregistered before vmt_get returns, as in plan_miss.
+    bool device_evicted = device_soft_limited(dev) && device_full(dev, DeviceLeaving{}, u1 - u0) &&
+                          evict_locked(dev, plan.base, 0, u1 - u0) != 0;
     r->dev.store(dev, std::memory_order_relaxed);
     r->handle.store(plan.handle, std::memory_order_relaxed);
     r->bits.store(plan.access | kRegLive << 8, std::memory_order_relaxed);
@@ -470,6 +474,8 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         tracker_->unwatch(u0, u1 - u0, plan.watch);
         ne->watched = false;
         counts_.uncached.fetch_add(1, std::memory_order_relaxed);
+        if (device_evicted)
+            reclaim();
         *out = r;
         return 0;
     }
@@ -481,6 +487,8 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     g.unlock();
     if (taken)
         reclaim_taken(taken);
+    else if (device_evicted)
+        reclaim();
     else
         reclaim_if_due();
     *out = r;
