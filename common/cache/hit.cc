@@ -454,12 +454,18 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
         ThreadRecord *t = thread_record();
         released = t && hold_remove(t, hold_key(reg));
     }
+    Reg *r = reinterpret_cast<Reg *>(reg);
     if (released) {
         publish_fence();
         if (g_retiring_caches.load(std::memory_order_acquire) == 0)
             return;
+        // Some registration is retired, maybe another: only this one's state matters, read
+        // like the count above (a retirement stores it before its reclaim's barrier). If it was
+        // reclaimed and reused since the hold went, a later registration reads as live: its
+        // reclaim did not need this put.
+        if (reg_state(r) == kRegLive)
+            return;
     }
-    Reg *r = reinterpret_cast<Reg *>(reg);
     Device *d = r->dev.load(std::memory_order_relaxed);
     if (__builtin_expect(!d, 0)) {
         misuse("vmt_put(%p): not a registration vmt_get returned", (void *)reg);
