@@ -170,6 +170,33 @@ int time_hits(const std::string &tracker, bool beside_misses, size_t hits, doubl
     return rc;
 }
 
+// A thread's hits while another misses on the same cache: what one costs the other. Appends
+// its rows; *alone and *beside get the medians (ns per hit).
+int hits_beside_misses(const MissBenchOptions &opt, int reps, std::vector<Row> *rows,
+                       double *alone, double *beside)
+{
+    const size_t hits = opt.quick ? 500000 : 2000000;
+    std::vector<double> a_ns, b_ns, slowdown;
+    for (int r = 0; r < reps; r++) {
+        double a = 0, b = 0;
+        int rc = time_hits(opt.tracker, false, hits, &a);
+        if (!rc)
+            rc = time_hits(opt.tracker, true, hits, &b);
+        if (rc)
+            return rc;
+        a_ns.push_back(a);
+        b_ns.push_back(b);
+        slowdown.push_back(b / a);
+    }
+    *alone = median(a_ns);
+    *beside = median(b_ns);
+    rows->push_back({"hit while another thread misses (hit alone)",
+                     fmt(*beside, 1) + " (" + fmt(*alone, 1) + ")", "ns", "(reported)", ""});
+    rows->push_back({"  with the misses / alone (median of paired runs)", fmt(median(slowdown), 2),
+                     "x", "(reported)", ""});
+    return 0;
+}
+
 int run_ucx(enum miss_workload w, size_t ops, int threads, double out[5])
 {
     return run_ucx_helper(std::string("miss ") + miss_workload_name(w) + " " +
@@ -282,29 +309,14 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
     rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
                      fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
 
-    // A thread's hits while another misses on the same cache: what one costs the other.
-    const size_t hits = opt.quick ? 500000 : 2000000;
-    std::vector<double> alone, beside, slowdown;
-    for (int r = 0; r < reps; r++) {
-        double a = 0, b = 0;
-        int rc = time_hits(opt.tracker, false, hits, &a);
-        if (!rc)
-            rc = time_hits(opt.tracker, true, hits, &b);
-        if (rc)
-            return rc;
-        alone.push_back(a);
-        beside.push_back(b);
-        slowdown.push_back(b / a);
-    }
-    rows->push_back({"hit while another thread misses (hit alone)",
-                     fmt(median(beside), 1) + " (" + fmt(median(alone), 1) + ")", "ns",
-                     "(reported)", ""});
-    rows->push_back({"  with the misses / alone (median of paired runs)", fmt(median(slowdown), 2),
-                     "x", "(reported)", ""});
+    double alone = 0, beside = 0;
+    int rc = hits_beside_misses(opt, reps, rows, &alone, &beside);
+    if (rc)
+        return rc;
     *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"miss_scaling_2t\":" + fmt(scaling, 3) +
              ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) +
-             ",\"hit_beside_misses_ns\":" + fmt(median(beside), 2) +
-             ",\"hit_alone_ns\":" + fmt(median(alone), 2) + "}";
+             ",\"hit_beside_misses_ns\":" + fmt(beside, 2) + ",\"hit_alone_ns\":" + fmt(alone, 2) +
+             "}";
     return 0;
 }
 
