@@ -544,7 +544,16 @@ START_TEST(evicted_neighbour_unmapped_before_the_watch)
                   TRACKER, (unsigned long)h->start, (unsigned long)h->end, (void *)request,
                   (void *)(request + x->len));
     vmt_put(r);
-    ck_assert_int_eq(vmt_get(dev, x->neighbour, x->len, rw, &r), -EFAULT);
+    /* Both others were deregistered, the third's dereg unmapping the neighbour. */
+    ck_assert_int_eq(atomic_load(&x->live), 1);
+    /* A get of the hole fails, while it is one: a mapping of someone else's (this process's
+     * allocator, the tracker's thread) may have taken its 64 KiB meanwhile; then there is no
+     * hole to ask about (seen once in CI's ASan run). */
+    if (msync(x->neighbour, x->len, MS_ASYNC) == 0)
+        printf("%s: evicted_neighbour_unmapped_before_the_watch: the hole was mapped again by "
+               "another mapping; its get is not checked\n", TRACKER);
+    else
+        ck_assert_int_eq(vmt_get(dev, x->neighbour, x->len, rw, &r), -EFAULT);
     x->neighbour = x->third = NULL;  /* the device's deregs do nothing more */
     vmt_device_detach(dev);
     vmt_cache_destroy(x->cache);
