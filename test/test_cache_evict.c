@@ -293,6 +293,14 @@ START_TEST(soft_device_limits)
         vmt_put(get_ok(dev, base + 4 * page, page, VMT_ACCESS_READ));  /* the newest stayed */
         vmt_put(get_ok(dev, base + 2 * page, page, VMT_ACCESS_READ));
         ck_assert_int_eq(atomic_load(&d.fake.regs), regs);
+        /* An upgrade at the limit replaces a registration: it evicts nothing else. */
+        long deregs_before = atomic_load(&d.fake.deregs);
+        vmt_put(get_ok(dev, base + 4 * page, page, VMT_ACCESS_READ | VMT_ACCESS_WRITE));
+        ck_assert_int_eq(atomic_load(&d.fake.regs), regs + 1);
+        ck_assert_int_eq(atomic_load(&d.fake.deregs), deregs_before + 1);  /* its old one */
+        vmt_put(get_ok(dev, base + 2 * page, page, VMT_ACCESS_READ));       /* still cached */
+        ck_assert_int_eq(atomic_load(&d.fake.regs), regs + 1);
+        ck_assert_int_eq(atomic_load(&d.fake.live), 2);
 
         struct record_owner o;
         o.dev = dev;

@@ -450,8 +450,11 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     write_begin();
     // Soft limits: room is made now, before this registration counts (it stays: it is not in
     // the index yet), and what goes is deregistered before vmt_get returns, as in plan_miss.
-    bool device_evicted = device_soft_limited(dev) && device_full(dev, DeviceLeaving{}, u1 - u0) &&
-                          evict_locked(dev, plan.base, 0, u1 - u0) != 0;
+    // A plan on a cached range (base) makes none, as plan_miss makes none for it: an upgrade
+    // replaces the device's registration there.
+    bool device_evicted = !plan.base && device_soft_limited(dev) &&
+                          device_full(dev, DeviceLeaving{}, u1 - u0) &&
+                          evict_locked(dev, nullptr, 0, u1 - u0) != 0;
     r->dev.store(dev, std::memory_order_relaxed);
     r->handle.store(plan.handle, std::memory_order_relaxed);
     r->bits.store(plan.access | kRegLive << 8, std::memory_order_relaxed);
