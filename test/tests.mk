@@ -42,6 +42,13 @@ test_test_cache_config_LDADD = $(TEST_LDADD)
 test_test_cache_threads_CFLAGS = $(TEST_CFLAGS)
 test_test_cache_threads_LDADD = $(TEST_LDADD)
 
+# The membarrier registration made when libvmtrack is loaded (no Check: it must look before
+# anything else in the process runs).
+check_PROGRAMS += test/test_membarrier_at_load
+TESTS += test/test_membarrier_at_load
+test_test_membarrier_at_load_CFLAGS = $(AM_CFLAGS)
+test_test_membarrier_at_load_LDADD = libvmtrack.la
+
 # The interval index's walks, compiled in (libvmtrack does not export it).
 check_PROGRAMS += test/test_index_walks
 TESTS += test/test_index_walks

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "index/holds.h"
 
+#include <fcntl.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -8,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 
@@ -65,6 +68,36 @@ void membarrier_setup()
     if (!ok)
         readers_must_fence();
     g_membarrier_state.store(ok ? 1 : -1);
+}
+
+// Whether this process runs one thread, from /proc/self/stat (num_threads is the 18th field
+// after the command name, which may itself hold spaces and parentheses). false if unknown.
+bool single_threaded()
+{
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    char buf[1024];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    for (int field = 0; p && field < 18; field++)
+        p = strchr(p + 1, ' ');
+    return p && strtol(p + 1, nullptr, 10) == 1;
+}
+
+// The registration for membarrier costs a few microseconds in a process of one thread and
+// 5-14 ms in one of two (the kernel then waits for an RCU grace period): made lazily, it
+// stalled the first vmt_get of a threaded process (UCX's and Open MPI's have helper threads
+// by then) for that long. A library loaded before main, or linked in, registers here while
+// the process is still alone; one loaded later leaves it to its first reader, as before.
+__attribute__((constructor)) void membarrier_setup_at_load()
+{
+    if (single_threaded())
+        membarrier_setup();
 }
 
 }  // namespace
