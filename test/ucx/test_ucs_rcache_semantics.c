@@ -688,6 +688,37 @@ START_TEST(put_from_another_thread)
 }
 END_TEST
 
+static void *hold_elsewhere(void *arg)
+{
+    struct handoff *h = arg;
+    ucs_rcache_region_hold(h->md->rcache, &h->r->super);
+    return NULL;
+}
+
+/* A hold taken in another thread keeps an invalidated region registered after the getter's
+ * put, whichever put comes first; the last put deregisters it and runs the completion. */
+START_TEST(hold_from_another_thread)
+{
+    struct test_md *md = md_open();
+    char *buf = map_pages(4);
+    struct handoff h = {.md = md, .r = get_ok(md, buf, 4096, RW)};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, hold_elsewhere, &h), 0);
+    pthread_join(t, NULL);
+    struct completion c = {.md = md, .id = h.r->id};
+    ucs_rcache_region_invalidate(md->rcache, &h.r->super, on_invalidated, &c);
+    put(md, h.r);                           /* the get's hold */
+    ck_assert_int_eq(atomic_load(&md->deregistered[c.id]), 0);
+    ck_assert_int_eq(atomic_load(&c.calls), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, put_elsewhere, &h), 0);   /* the other hold */
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&md->deregistered[c.id]), 1);
+    ck_assert_int_eq(atomic_load(&c.calls), 1);
+    ck_assert_int_eq(atomic_load(&c.dereg_before), 1);
+    md_close(md);
+}
+END_TEST
+
 /* ---- fork ------------------------------------------------------------------------------ */
 START_TEST(purge_on_fork)
 {
@@ -842,6 +873,7 @@ static Suite *semantics_suite(void)
     tcase_add_test(tc, invalidate_leaves_other_caches);
     tcase_add_test(tc, threads_share_regions);
     tcase_add_test(tc, put_from_another_thread);
+    tcase_add_test(tc, hold_from_another_thread);
     tcase_add_test(tc, purge_on_fork);
     tcase_add_test(tc, stacked_caches);
     tcase_add_test(tc, destroy_while_held);
