@@ -54,7 +54,7 @@ START_TEST(floor_w_matches_floor_and_ceil_while_growing_and_shrinking)
     ck_assert_ptr_null(index.floor_w(12345, &after));  // empty
     ck_assert_ptr_null(after);
     unsigned seed = 7;
-    // Enough keys for a tree three levels deep (16 per node), in random order.
+    // Enough keys for a tree three levels deep (14 per node), in random order.
     for (int i = 0; i < 6000; i++) {
         uintptr_t k = (uintptr_t)(rand_r(&seed) % 20000 + 1) * kPage;
         if (keys.insert(k).second)

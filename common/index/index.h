@@ -19,7 +19,9 @@ namespace vmt {
 
 class RangeIndex {
 public:
-    static constexpr int kFan = 16;
+    // 14 keys: a node's count, kind and keys fill its first two cache lines, its values the
+    // next two (see Node).
+    static constexpr int kFan = 14;
     static constexpr int kMaxDepth = 24;
 
     RangeIndex() { reset(); }
@@ -193,15 +195,19 @@ public:
 private:
     // Every key past a node's count: above any address, so that last_le needs no count.
     static constexpr uintptr_t kNoKey = ~uintptr_t{0};
-    struct Node {
+    // A walk reads a node's count, kind and keys, then one value: three cache lines, where
+    // count and kind after 16 keys and 16 values, at any offset, made it five.
+    struct alignas(64) Node {
         // The pool's free link lives here, not in ptrs[0], so that a reader racing a free can
         // never take a node for a value.
         std::atomic<void *> pool_link;
-        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
-        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
         std::atomic<unsigned> count;
         std::atomic<bool> leaf;
+        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
+        std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
     };
+    static_assert(offsetof(Node, ptrs) == 128 && sizeof(Node) == 256,
+                  "count, kind and keys in two lines, values in two more");
     struct Split {
         Node *node;
         uintptr_t key;
