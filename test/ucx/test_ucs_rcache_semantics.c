@@ -673,14 +673,20 @@ static void *put_elsewhere(void *arg)
     return NULL;
 }
 
+/* fn(h) in a thread of its own, to its end */
+static void in_other_thread(void *(*fn)(void *), struct handoff *h)
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fn, h), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
 START_TEST(put_from_another_thread)
 {
     struct test_md *md = md_open();
-    char *buf = map_pages(4);
-    struct handoff h = {.md = md, .r = get_ok(md, buf, 100, RW)};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, put_elsewhere, &h), 0);
-    pthread_join(t, NULL);
+    struct handoff h = {.md = md, .r = get_ok(md, map_pages(4), 100, RW)};
+    char *buf = (char *)h.r->super.super.start;
+    in_other_thread(put_elsewhere, &h);
     struct test_region *again = get_ok(md, buf, 100, RW);
     ck_assert_ptr_eq(again, h.r);
     put(md, again);
@@ -700,18 +706,14 @@ static void *hold_elsewhere(void *arg)
 START_TEST(hold_from_another_thread)
 {
     struct test_md *md = md_open();
-    char *buf = map_pages(4);
-    struct handoff h = {.md = md, .r = get_ok(md, buf, 4096, RW)};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, hold_elsewhere, &h), 0);
-    pthread_join(t, NULL);
+    struct handoff h = {.md = md, .r = get_ok(md, map_pages(4), 4096, RW)};
+    in_other_thread(hold_elsewhere, &h);
     struct completion c = {.md = md, .id = h.r->id};
     ucs_rcache_region_invalidate(md->rcache, &h.r->super, on_invalidated, &c);
     put(md, h.r);                           /* the get's hold */
     ck_assert_int_eq(atomic_load(&md->deregistered[c.id]), 0);
     ck_assert_int_eq(atomic_load(&c.calls), 0);
-    ck_assert_int_eq(pthread_create(&t, NULL, put_elsewhere, &h), 0);   /* the other hold */
-    pthread_join(t, NULL);
+    in_other_thread(put_elsewhere, &h);     /* the other hold */
     ck_assert_int_eq(atomic_load(&md->deregistered[c.id]), 1);
     ck_assert_int_eq(atomic_load(&c.calls), 1);
     ck_assert_int_eq(atomic_load(&c.dereg_before), 1);
