@@ -35,16 +35,16 @@ static long threads_now(void)
 int main(void)
 {
     long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED))
         return test_skip("this kernel has no private expedited membarrier");
-    }
     /* A runtime that starts a thread before the libraries' constructors run (some sanitizers
      * do) makes the library leave the registration to its first reader, as designed. */
     long threads = threads_now();
-    if (threads != 1) {
+    if (threads < 0)
+        return test_skip("cannot read num_threads from /proc/self/stat");
+    if (threads != 1)
         return test_skip("%ld threads in this process before main: the registration is then "
                          "left to the first reader", threads);
-    }
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
         printf("FAIL: a private expedited barrier before any vmtrack call: %s (libvmtrack %s "
                "did not register the process when it was loaded)\n",
