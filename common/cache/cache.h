@@ -403,6 +403,8 @@ private:
     // that clears it over a valid slot sends that page's gets to the tree once, and the tree
     // hit fills the slot and sets the bit again.
     alignas(64) std::atomic<uint64_t> memo_live_[kMemoSets / 64] = {};
+    // Set number `set`'s bit in its word, memo_live_[set / 64].
+    static uint64_t memo_live_bit(size_t set) noexcept { return 1ull << (set % 64); }
     void mark_set_live(size_t set) noexcept;
     void clear_live_sets() noexcept;
     // Moves by 2 (under lock_) when every slot must go (an entry with too many slots retired,

@@ -247,16 +247,14 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
     // epoch plus the odd bit), keeps the set live.
     size_t slot = (size_t)(&m - memo_);
     uint64_t other = memo_[slot ^ 1].stamp.load(std::memory_order_relaxed);
-    if ((uint32_t)(other & ~1ull) != (uint32_t)epoch_.load(std::memory_order_relaxed)) {
-        size_t set = slot / 2;
-        memo_live_[set / 64].fetch_and(~(1ull << (set % 64)), std::memory_order_relaxed);
-    }
+    if ((uint32_t)(other & ~1ull) != (uint32_t)epoch_.load(std::memory_order_relaxed))
+        memo_live_[slot / 2 / 64].fetch_and(~memo_live_bit(slot / 2), std::memory_order_relaxed);
 }
 
 void Cache::mark_set_live(size_t set) noexcept
 {
     std::atomic<uint64_t> &word = memo_live_[set / 64];
-    uint64_t bit = 1ull << (set % 64);
+    uint64_t bit = memo_live_bit(set);
     // Loaded first: the word is shared by 64 sets, and most fills find their bit set.
     if (!(word.load(std::memory_order_relaxed) & bit))
         word.fetch_or(bit, std::memory_order_relaxed);
@@ -496,7 +494,7 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
     uintptr_t found = kMemoMiss;
     Cache *c;
     uint64_t tag, epoch, stamp, hold, key;
-    size_t set;
+    size_t first;
     const Cache::MemoSlot *m;
     ThreadRecord *t;
     std::atomic<uint64_t> *slot;
@@ -506,10 +504,10 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
         goto rare;
     // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
     tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
-    set = memo_set(tag);
-    m = &static_cast<const Cache::MemoSlot *>(d->memo)[set];
-    if (__builtin_expect(!((d->memo_live[set / 128].load(std::memory_order_relaxed) >>
-                            (set / 2 % 64)) & 1), 0))
+    first = memo_set(tag);
+    m = &static_cast<const Cache::MemoSlot *>(d->memo)[first];
+    if (__builtin_expect(!(d->memo_live[first / 2 / 64].load(std::memory_order_relaxed) &
+                           Cache::memo_live_bit(first / 2)), 0))
         goto rare;  // nothing valid in the set (memo_live_): the tree is next
     c = d->cache;
     epoch = c->epoch_.load(std::memory_order_acquire);
