@@ -297,16 +297,19 @@ private:
     {
         return dev->ops.flags & VMT_DEVICE_CHECKS_MAPPED;
     }
+    static bool device_has_limits(const Device *dev) noexcept
+    {
+        return dev->ops.max_regions || dev->ops.max_bytes;
+    }
     // Limits of its own that a miss must make room for before it registers.
     static bool device_evicts_first(const Device *dev) noexcept
     {
-        return (dev->ops.max_regions || dev->ops.max_bytes) &&
-               !(dev->ops.flags & VMT_DEVICE_SOFT_LIMITS);
+        return device_has_limits(dev) && !(dev->ops.flags & VMT_DEVICE_SOFT_LIMITS);
     }
+    // Limits that a miss meets after it registers (VMT_DEVICE_SOFT_LIMITS).
     static bool device_soft_limited(const Device *dev) noexcept
     {
-        return (dev->ops.max_regions || dev->ops.max_bytes) &&
-               (dev->ops.flags & VMT_DEVICE_SOFT_LIMITS);
+        return device_has_limits(dev) && (dev->ops.flags & VMT_DEVICE_SOFT_LIMITS);
     }
     // A miss's mapped check of [a0, a1), where the device and the watch do not make one.
     bool miss_range_mapped(uintptr_t a0, uintptr_t a1) noexcept
