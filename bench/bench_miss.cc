@@ -97,6 +97,16 @@ int run_vmtrack(const std::string &tracker, enum miss_workload w, size_t ops, in
     return rc;
 }
 
+// A get and its put of one 64 KiB buffer: 0, or vmt_get's error.
+inline __attribute__((always_inline)) int get_put(struct vmt_device *dev, void *addr)
+{
+    struct vmt_reg *r;
+    int rc = vmt_get(dev, addr, MISS_REGION_BYTES, VMT_ACCESS_READ, &r);
+    if (!rc)
+        vmt_put(r);
+    return rc;
+}
+
 // ns per get+put of one cached buffer (a memo hit), timed in this thread while `misser` runs
 // (or not). Each run, on a fresh cache, gets the buffer twice first: a miss, then the walk of
 // the index that memoizes it.
@@ -117,14 +127,11 @@ void miss_until_stopped(BesideMisses *b)
         return;
     }
     for (size_t i = 0; !b->stop.load(std::memory_order_relaxed); i++) {
-        struct vmt_reg *r;
-        int rc = vmt_get(b->counting.dev, base + i % count * stride, MISS_REGION_BYTES,
-                         VMT_ACCESS_READ, &r);
+        int rc = get_put(b->counting.dev, base + i % count * stride);
         if (rc) {
             b->err.store(rc);
             break;
         }
-        vmt_put(r);
         b->misses.store(i + 1, std::memory_order_relaxed);
     }
     munmap(base, count * stride);
@@ -138,12 +145,8 @@ int time_hits(const std::string &tracker, bool beside_misses, size_t hits, doubl
     if (rc)
         return rc;
     std::vector<char> buf(2 * MISS_REGION_BYTES);
-    for (int i = 0; i < 2 && !rc; i++) {
-        struct vmt_reg *r;
-        rc = vmt_get(b.counting.dev, buf.data(), MISS_REGION_BYTES, VMT_ACCESS_READ, &r);
-        if (!rc)
-            vmt_put(r);
-    }
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = get_put(b.counting.dev, buf.data());
     std::thread misser;
     if (!rc && beside_misses) {
         misser = std::thread(miss_until_stopped, &b);
@@ -152,12 +155,8 @@ int time_hits(const std::string &tracker, bool beside_misses, size_t hits, doubl
             std::this_thread::yield();
     }
     double t0 = thread_cpu_ns();
-    for (size_t i = 0; i < hits && !rc; i++) {
-        struct vmt_reg *r;
-        rc = vmt_get(b.counting.dev, buf.data(), MISS_REGION_BYTES, VMT_ACCESS_READ, &r);
-        if (!rc)
-            vmt_put(r);
-    }
+    for (size_t i = 0; i < hits && !rc; i++)
+        rc = get_put(b.counting.dev, buf.data());
     *ns = (thread_cpu_ns() - t0) / (double)hits;
     b.stop.store(true);
     if (misser.joinable())
