@@ -1,5 +1,6 @@
 /* The memo of recent lookups: it never answers with a retired registration, across the
- * wrap of its epoch, and a retirement takes out only its own entry's slots. */
+ * wrap of its epoch, a retirement takes out only its own entry's slots, and a miss memoizes
+ * what it inserts where it pays. */
 #include "config.h"
 
 #include <check.h>
@@ -118,10 +119,42 @@ START_TEST(memo_refills_after_own_retirement)
 }
 END_TEST
 
+/* A miss memoizes what it inserts where its page was hit through the index before (a range
+ * that comes back after its eviction, as under a working set larger than the cache): its next
+ * get is a memo hit. A page never hit before is not memoized by its miss (a buffer used once
+ * would pay for a slot it never reads): its next get walks the index. */
+START_TEST(memo_filled_by_miss_of_a_page_hit_before)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(4 * page);
+    vmt_put(get_ok(fx.dev, buf, page, VMT_ACCESS_READ));  /* a miss of a page never hit */
+    uint64_t before = stats_of(fx.cache).memo_hits;
+    vmt_put(get_ok(fx.dev, buf, page, VMT_ACCESS_READ));  /* a walk of the index */
+    ck_assert_uint_eq(stats_of(fx.cache).memo_hits, before);
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(vmt_invalidate(fx.cache, buf, page), 0);
+        struct vmt_reg *miss = get_ok(fx.dev, buf, page, VMT_ACCESS_READ);
+        ck_assert_int_eq(atomic_load(&fx.fake.regs), i + 2);
+        vmt_put(miss);
+        before = stats_of(fx.cache).memo_hits;
+        struct vmt_reg *hit = get_ok(fx.dev, buf + 8, 16, VMT_ACCESS_READ);
+        ck_assert_ptr_eq(hit, miss);
+        ck_assert_int_eq(((struct fake_reg *)vmt_reg_handle(hit))->live, 1);
+        vmt_put(hit);
+        ck_assert_uint_eq(stats_of(fx.cache).memo_hits, before + 1);
+    }
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    munmap(buf, 4 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {memo_never_stale_across_retirements,
                                   memo_survives_other_retirements,
-                                  memo_refills_after_own_retirement, NULL};
+                                  memo_refills_after_own_retirement,
+                                  memo_filled_by_miss_of_a_page_hit_before, NULL};
     return check_run_cases("cache memo", 60, cases);
 }

@@ -410,6 +410,10 @@ private:
     static uint64_t memo_live_bit(size_t set) noexcept { return 1ull << (set % 64); }
     void mark_set_live(size_t set) noexcept;
     void clear_live_sets() noexcept;
+    // A bit per memo set, set when a get of one of its pages hit through the tree, never
+    // cleared: a miss fills the memo for what it inserts only there (memo_fill_inserted).
+    alignas(64) std::atomic<uint64_t> memo_hit_[kMemoSets / 64] = {};
+    void mark_set_hit(Device *dev, uintptr_t addr) noexcept;
     // Moves by 2 (under lock_) when every slot must go (an entry with too many slots retired,
     // a tracker pausing hits), so its low half is always even and never 0; odd values are the
     // writing marks of slots. Readers compare only the low half: when it wraps, every slot is
@@ -428,6 +432,8 @@ private:
     // write section, whose start moves it).
     void memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
                    Reg *r) noexcept;
+    void memo_fill_inserted(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
+                            Reg *r) noexcept;
     void note_memo_slot(Entry *e, size_t slot) noexcept;
     void invalidate_slot(MemoSlot &m, const Entry *e) noexcept;
     void give_up_slot(MemoSlot &m) noexcept;  // a filler's, after its publish failed

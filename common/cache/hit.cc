@@ -260,6 +260,23 @@ void Cache::mark_set_live(size_t set) noexcept
         word.fetch_or(bit, std::memory_order_relaxed);
 }
 
+void Cache::mark_set_hit(Device *dev, uintptr_t addr) noexcept
+{
+    size_t set = memo_set((addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed)) / 2;
+    std::atomic<uint64_t> &word = memo_hit_[set / 64];
+    if (!(word.load(std::memory_order_relaxed) & memo_live_bit(set)))
+        word.fetch_or(memo_live_bit(set), std::memory_order_relaxed);
+}
+
+void Cache::memo_fill_inserted(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
+                               Reg *r) noexcept
+{
+    uint64_t tag = (addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed);
+    size_t set = memo_set(tag) / 2;
+    if (memo_hit_[set / 64].load(std::memory_order_relaxed) & memo_live_bit(set))
+        memo_fill(epoch, seq, dev, addr, e, r);
+}
+
 void Cache::clear_live_sets() noexcept
 {
     for (std::atomic<uint64_t> &word : memo_live_)
@@ -342,6 +359,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
                 reclaim();
             continue;
         }
+        mark_set_hit(dev, addr);
         memo_fill(epoch, s, dev, addr, e, r);
         if (!e->used.load(std::memory_order_relaxed))
             e->used.store(1, std::memory_order_relaxed);

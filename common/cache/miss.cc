@@ -486,8 +486,12 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         evict_for_insert(target);
     take_hold(t, r);
     write_end();
+    uint64_t seq_inserted = seq_.load(std::memory_order_relaxed);
+    uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     Reg *taken = limbo_urgent_.load(std::memory_order_relaxed) ? take_limbo_if_free() : nullptr;
     g.unlock();
+    if (target == ne)
+        memo_fill_inserted(epoch, seq_inserted, dev, a0, target, r);
     if (taken)
         reclaim_taken(taken);
     else if (device_evicted)
