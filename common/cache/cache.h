@@ -406,8 +406,10 @@ private:
     // that clears it over a valid slot sends that page's gets to the tree once, and the tree
     // hit fills the slot and sets the bit again.
     alignas(64) std::atomic<uint64_t> memo_live_[kMemoSets / 64] = {};
-    // Set number `set`'s bit in its word, memo_live_[set / 64].
+    // Set number `set`'s bit in its word, memo_live_[set / 64] (memo_hit_ likewise).
     static uint64_t memo_live_bit(size_t set) noexcept { return 1ull << (set % 64); }
+    // Sets it in one of those bitmaps.
+    static void set_bit_of(std::atomic<uint64_t> *bits, size_t set) noexcept;
     void mark_set_live(size_t set) noexcept;
     void clear_live_sets() noexcept;
     // A bit per memo set, set when a get of one of its pages hit through the tree, never

@@ -34,6 +34,12 @@ inline size_t memo_set(uint64_t tag)
 {
     return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> 50) * 2;
 }
+
+// The number of the set (not its first slot) where the memo keeps dev's page of addr.
+inline size_t memo_set_number(const Device *dev, uintptr_t addr)
+{
+    return memo_set((addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed)) / 2;
+}
 }  // namespace
 
 // A hit through the memo: one slot, no tree walk, nothing shared written. Everything that
@@ -251,28 +257,26 @@ void Cache::invalidate_slot(MemoSlot &m, const Entry *e) noexcept
         memo_live_[slot / 2 / 64].fetch_and(~memo_live_bit(slot / 2), std::memory_order_relaxed);
 }
 
-void Cache::mark_set_live(size_t set) noexcept
+// Loaded first: a word is shared by 64 sets, and most callers find their bit set already.
+void Cache::set_bit_of(std::atomic<uint64_t> *bits, size_t set) noexcept
 {
-    std::atomic<uint64_t> &word = memo_live_[set / 64];
+    std::atomic<uint64_t> &word = bits[set / 64];
     uint64_t bit = memo_live_bit(set);
-    // Loaded first: the word is shared by 64 sets, and most fills find their bit set.
     if (!(word.load(std::memory_order_relaxed) & bit))
         word.fetch_or(bit, std::memory_order_relaxed);
 }
 
+void Cache::mark_set_live(size_t set) noexcept { set_bit_of(memo_live_, set); }
+
 void Cache::mark_set_hit(Device *dev, uintptr_t addr) noexcept
 {
-    size_t set = memo_set((addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed)) / 2;
-    std::atomic<uint64_t> &word = memo_hit_[set / 64];
-    if (!(word.load(std::memory_order_relaxed) & memo_live_bit(set)))
-        word.fetch_or(memo_live_bit(set), std::memory_order_relaxed);
+    set_bit_of(memo_hit_, memo_set_number(dev, addr));
 }
 
 void Cache::memo_fill_inserted(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
                                Reg *r) noexcept
 {
-    uint64_t tag = (addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed);
-    size_t set = memo_set(tag) / 2;
+    size_t set = memo_set_number(dev, addr);
     if (memo_hit_[set / 64].load(std::memory_order_relaxed) & memo_live_bit(set))
         memo_fill(epoch, seq, dev, addr, e, r);
 }
