@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,13 +50,57 @@
 #define NATIVE_MAGIC 0x766d7472756378aaULL   /* "vmtrucx" */
 #define HDR_SIZE 64
 
+/* Serialises one rcache's mem_reg and mem_dereg (see the top of this file); the thread that
+ * holds it may take it again (a mem_reg that gets from a stacked rcache, a dereg inside a
+ * reg). Only misses take it, once for the registration and once for each deregistration, and
+ * a pthread recursive mutex cost a tenth of the module's miss there (two atomic operations and
+ * two calls per section). Here the release is a plain store: one atomic per section. A waiter
+ * spins a little, then yields, since an md call may take milliseconds (ibv_reg_mr of a large
+ * buffer). */
+struct md_lock {
+    _Atomic uintptr_t owner;        /* pthread_self() of the holder, 0 when free */
+    unsigned depth;                 /* written by the holder only */
+};
+
+static void md_lock(struct md_lock *l)
+{
+    uintptr_t me = (uintptr_t)pthread_self();
+    unsigned spins = 0;
+
+    if (atomic_load_explicit(&l->owner, memory_order_relaxed) == me) {
+        l->depth++;                 /* only this thread ever stores me there */
+        return;
+    }
+    for (;;) {
+        uintptr_t expect = 0;
+        if (atomic_load_explicit(&l->owner, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_weak_explicit(&l->owner, &expect, me, memory_order_acquire,
+                                                  memory_order_relaxed))
+            break;
+        if (++spins < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+    l->depth = 1;
+}
+
+static void md_unlock(struct md_lock *l)
+{
+    if (--l->depth == 0)
+        atomic_store_explicit(&l->owner, 0, memory_order_release);
+}
+
 struct native_rcache {
     uint64_t magic;                 /* first: tells a native rcache from a real one */
     struct vmt_device *_Atomic dev;
     _Atomic unsigned gen;           /* fork generation dev was attached in */
     ucs_rcache_params_t params;
     struct vmt_device_ops dops;
-    pthread_mutex_t cb_lock;        /* recursive: mem_reg / mem_dereg, and spare_hdrs */
+    struct md_lock cb_lock;         /* mem_reg / mem_dereg, and spare_hdrs */
     struct native_hdr *spare_hdrs;  /* deregistered regions' memory, for the next misses */
     unsigned nspare;
     _Atomic int destroying;
@@ -258,10 +303,10 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     ucs_rcache_region_t *r;
     ucs_status_t st;
 
-    pthread_mutex_lock(&nr->cb_lock);
+    md_lock(&nr->cb_lock);
     h = hdr_take(nr);
     if (!h) {
-        pthread_mutex_unlock(&nr->cb_lock);
+        md_unlock(&nr->cb_lock);
         return -ENOMEM;
     }
     h->nr = nr;
@@ -277,7 +322,7 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
                                  r, merged ? UCS_RCACHE_MEM_REG_HIDE_ERRORS : 0);
     if (st != UCS_OK)
         hdr_give(nr, h);
-    pthread_mutex_unlock(&nr->cb_lock);
+    md_unlock(&nr->cb_lock);
     if (st != UCS_OK) {
         if (merged)
             return -EFAULT;         /* vmtrack registers the request alone */
@@ -300,9 +345,19 @@ static void run_completion_list(struct completion *c)
     }
 }
 
+/* Takes the completions out: an atomic exchange only where there are some (invalidated
+ * regions), not at every deregistration. A completion is added by a holder of the region,
+ * before its put, so one added after this load belongs to a later put. */
+static struct completion *take_completions(struct native_hdr *h)
+{
+    if (!atomic_load_explicit(&h->comps, memory_order_acquire))
+        return NULL;
+    return atomic_exchange(&h->comps, NULL);
+}
+
 static void run_completions(struct native_hdr *h)
 {
-    run_completion_list(atomic_exchange(&h->comps, NULL));
+    run_completion_list(take_completions(h));
 }
 
 static void dev_dereg(void *ctx, void *handle)
@@ -312,18 +367,18 @@ static void dev_dereg(void *ctx, void *handle)
     ucs_rcache_region_t *r = region_of(h);
 
     r->flags = 0;
-    pthread_mutex_lock(&nr->cb_lock);
+    md_lock(&nr->cb_lock);
     nr->params.ops->mem_dereg(nr->params.context, (ucs_rcache_t *)nr, r);
     if (!atomic_load(&nr->destroying)) {
         /* the last put was made: nobody looks at the region again but its completions,
          * which run after mem_dereg, as UCP expects */
-        struct completion *c = atomic_exchange(&h->comps, NULL);
+        struct completion *c = take_completions(h);
         hdr_give(nr, h);
-        pthread_mutex_unlock(&nr->cb_lock);
+        md_unlock(&nr->cb_lock);
         run_completion_list(c);
         return;
     }
-    pthread_mutex_unlock(&nr->cb_lock);
+    md_unlock(&nr->cb_lock);
     run_completions(h);
     /* destroy while the caller still holds it: keep the memory (the caller may still read
      * it), as UCX does; its put becomes a no-op */
@@ -368,7 +423,6 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
                           ucs_rcache_t **rcache_p)
 {
     struct native_rcache *nr;
-    pthread_mutexattr_t ma;
 
     if (!vmt_ucx_params_valid(params) || params->ucm_events != UCM_EVENT_VM_UNMAPPED || !native_enabled())
         return 0;
@@ -387,10 +441,6 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
     /* UCX's rcache registers a new region first and then evicts its LRU ones down to
      * max_regions/max_size: they size the cache, the MD can hold more. */
     nr->dops.flags = VMT_DEVICE_SOFT_LIMITS;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&nr->cb_lock, &ma);
-    pthread_mutexattr_destroy(&ma);
     g_page = (uintptr_t)sysconf(_SC_PAGESIZE);
     atomic_store(&nr->gen, atomic_load(&n.gen) + 1);   /* not attached yet */
     if (!device(nr)) {
@@ -443,7 +493,6 @@ int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
         nr->spare_hdrs = h->next_spare;
         free(h);
     }
-    pthread_mutex_destroy(&nr->cb_lock);
     nr->magic = 0;
     free(nr);
     atomic_fetch_sub(&n.native, 1);
