@@ -319,10 +319,23 @@ private:
 
     void reclaim() noexcept;
     // A reclaim at once where the barrier is free, in two halves around the caller's unlock:
-    // under lock_, what limbo_ holds is taken (nullptr: not free, or a pass runs, and the
-    // caller reclaims as it would have); after it, deregistered and freed.
-    Reg *take_limbo_if_free() noexcept;
-    void reclaim_taken(Reg *list) noexcept;
+    // under lock_, what limbo_ holds is taken (taken false: not free, or a pass runs, and the
+    // caller reclaims as it would have) and, for what no thread holds, counted and freed
+    // there, the lock being held anyway; after it, the device calls.
+    struct TakenLimbo {
+        static constexpr int kMax = 8;  // past this, the ordinary pass does the rest
+        bool taken = false;             // reclaim_lock_ is held until reclaim_taken
+        int count = 0;
+        Device *dev[kMax];
+        void *handle[kMax];
+        Reg *rest = nullptr;            // held, or its entry to unwatch: reclaim_list's
+    };
+    void take_limbo_if_free(TakenLimbo *tk) noexcept;
+    void reclaim_taken(TakenLimbo *tk) noexcept;
+    // Counts a deregistration of r and frees it; its entry too where that was its last
+    // registration and it needs no unwatch (else the entry is linked to free_later, which
+    // is returned). lock_ is held.
+    Entry *free_deregistered_locked(Reg *r, Entry *free_later) noexcept;
     void reclaim_settled() noexcept;  // also waits for a pass running in another thread
     void reclaim_pass() noexcept;
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.

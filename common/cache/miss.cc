@@ -248,7 +248,7 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
     if (allow_merge == merge_ && plan_without_lock(dev, a0, a1, access, first, hint, plan))
         return false;
     bool device_limited = false;
-    Reg *taken = nullptr;
+    TakenLimbo taken;
     {
         std::unique_lock<SpinLock> g(lock_);
         if (first)
@@ -275,10 +275,10 @@ bool Cache::plan_miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, 
         }
         plan->index_seq = seq_.load(std::memory_order_relaxed);
         if (device_limited)
-            taken = take_limbo_if_free();
+            take_limbo_if_free(&taken);
     }
-    if (taken)
-        reclaim_taken(taken);
+    if (taken.taken)
+        reclaim_taken(&taken);
     else if (device_limited)
         reclaim();
     return false;
@@ -488,12 +488,14 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     write_end();
     uint64_t seq_inserted = seq_.load(std::memory_order_relaxed);
     uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    Reg *taken = limbo_urgent_.load(std::memory_order_relaxed) ? take_limbo_if_free() : nullptr;
+    TakenLimbo taken;
+    if (limbo_urgent_.load(std::memory_order_relaxed))
+        take_limbo_if_free(&taken);
     g.unlock();
     if (target == ne)
         memo_fill_inserted(epoch, seq_inserted, dev, a0, target, r);
-    if (taken)
-        reclaim_taken(taken);
+    if (taken.taken)
+        reclaim_taken(&taken);
     else if (device_evicted)
         reclaim();
     else

@@ -286,6 +286,8 @@ void Cache::reclaim_pass() noexcept
     {
         std::lock_guard<SpinLock> g(lock_);
         list = detach_limbo_locked();
+        if (list)
+            add_under_lock(counts_.reclaim_passes, uint64_t{1});
     }
     if (!list)
         return;
@@ -335,30 +337,10 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
 {
     Entry *free_later = nullptr;
     std::lock_guard<SpinLock> g(lock_);
-    add_under_lock(counts_.reclaim_passes, uint64_t{1});
     while (done) {
         Reg *r = done;
         done = r->next.load(std::memory_order_relaxed);
-        Device *d = r->dev.load(std::memory_order_relaxed);
-        Entry *e = r->entry.load(std::memory_order_relaxed);
-        size_t len = e->end.load() - e->start.load();
-        d->regions--;
-        d->bytes -= len;
-        if (reg_state(r) != kRegDead)  // deregistered by reclaim_pass (not by detach)
-            count_deregistration(len);
-        reg_set_state(r, kRegDead);
-        add_under_lock(limbo_total_, ~size_t{0});  // minus one
-        if (limbo_total_.load(std::memory_order_relaxed) == 0)
-            g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
-        regs_.free(r);
-        if (--e->regs_alive == 0 && !e->in_index) {
-            if (!e->watched) {  // nothing to unwatch: back to the pool now
-                entries_.free(e);
-                continue;
-            }
-            e->lru_next = free_later;  // reuse the link: the entry left the LRU list
-            free_later = e;
-        }
+        free_later = free_deregistered_locked(r, free_later);
     }
     while (keep) {
         Reg *r = keep;
@@ -370,29 +352,83 @@ Entry *Cache::free_reclaimed(Reg *done, Reg *keep) noexcept
     return free_later;
 }
 
+Entry *Cache::free_deregistered_locked(Reg *r, Entry *free_later) noexcept
+{
+    Device *d = r->dev.load(std::memory_order_relaxed);
+    Entry *e = r->entry.load(std::memory_order_relaxed);
+    size_t len = e->end.load() - e->start.load();
+    d->regions--;
+    d->bytes -= len;
+    if (reg_state(r) != kRegDead)  // deregistered by a pass (not by detach)
+        count_deregistration(len);
+    reg_set_state(r, kRegDead);
+    add_under_lock(limbo_total_, ~size_t{0});  // minus one
+    if (limbo_total_.load(std::memory_order_relaxed) == 0)
+        g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
+    regs_.free(r);
+    if (--e->regs_alive == 0 && !e->in_index) {
+        if (!e->watched) {  // nothing to unwatch: back to the pool now
+            entries_.free(e);
+            return free_later;
+        }
+        e->lru_next = free_later;  // reuse the link: the entry left the LRU list
+        free_later = e;
+    }
+    return free_later;
+}
+
 // A miss that retired something that must go at once (a merge, an upgrade, the device's own
 // limit) reclaims it here rather than through reclaim(): limbo_ is taken under the lock the
 // miss holds anyway, and the reader barrier is its check that no other thread owns a record,
 // made after every retirement it covers. A pass of its own took the index lock twice more and
-// fenced three times; this fences once. Where another thread reads, nothing is taken: the
-// retirements wait for a batch (reclaim_if_due) or the caller's reclaim() runs the barrier.
-Reg *Cache::take_limbo_if_free() noexcept
+// fenced three times; this fences once. What no thread holds is counted and freed here too,
+// before its device call (which keeps only its device and handle): the pass's second turn of
+// the lock, a tenth of a miss at a device's own limit, goes as well. reclaim_lock_ stays held
+// until those calls are made, so that a detach or a flush waits for them as for a pass.
+// Where another thread reads, nothing is taken: the retirements wait for a batch
+// (reclaim_if_due) or the caller's reclaim() runs the barrier.
+void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
 {
+    tk->taken = false;
     if (!limbo_ || t_in_reclaim || !reclaim_lock_.try_lock())
-        return nullptr;
+        return;
     if (!reader_barrier_if_free()) {
         reclaim_lock_.unlock();
-        return nullptr;
+        return;
     }
-    return detach_limbo_locked();
+    tk->taken = true;
+    tk->count = 0;
+    tk->rest = nullptr;
+    add_under_lock(counts_.reclaim_passes, uint64_t{1});
+    for (Reg *list = detach_limbo_locked(); list;) {
+        Reg *r = list;
+        list = r->next.load(std::memory_order_relaxed);
+        Entry *e = r->entry.load(std::memory_order_relaxed);
+        bool unwatch = e->watched && e->regs_alive == 1 && !e->in_index;
+        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+        if (held > 0 || unwatch || tk->count == TakenLimbo::kMax) {
+            r->next.store(tk->rest, std::memory_order_relaxed);
+            tk->rest = r;
+            continue;
+        }
+        if (reg_state(r) != kRegDead) {  // Dead: detach deregistered it (deregister_held)
+            tk->dev[tk->count] = r->dev.load(std::memory_order_relaxed);
+            tk->handle[tk->count] = r->handle.load(std::memory_order_relaxed);
+            tk->count++;
+        }
+        free_deregistered_locked(r, nullptr);
+    }
 }
 
 // reclaim_lock_ is held (take_limbo_if_free), and released here.
-void Cache::reclaim_taken(Reg *list) noexcept
+void Cache::reclaim_taken(TakenLimbo *tk) noexcept
 {
     t_in_reclaim = true;
     t_reclaim_again = false;
-    reclaim_list(list);
+    for (int i = 0; i < tk->count; i++)
+        deregister(tk->dev[i], tk->handle[i]);
+    if (tk->rest)
+        reclaim_list(tk->rest);
     t_in_reclaim = false;
     reclaim_lock_.unlock();
     if (t_reclaim_again) {  // a dereg put a registration of this cache
