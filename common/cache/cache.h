@@ -497,6 +497,15 @@ private:
     // with more than one thread (its pinned bytes still count: see insert_plan).
     std::atomic<size_t> limbo_urgent_{0};
     bool retire_may_wait_ = false;  // under lock_: retire() leaves limbo_urgent_ alone
+    // Under lock_: a miss that may reclaim at once what it retires, in the same turn of the lock
+    // (take_limbo_if_free), counts this cache in g_retiring_caches only if something is still
+    // retired when it lets the lock go (count_retiring_left). Where all of it went, nobody
+    // could have needed the count, and two locked instructions on a line every thread reads
+    // are saved: no other thread owns a record when take_limbo_if_free takes, so none has a
+    // hold whose fast put could have missed a retirement.
+    bool defer_retiring_count_ = false;
+    bool retiring_uncounted_ = false;  // limbo_total_ > 0, g_retiring_caches not raised for it
+    void count_retiring_left() noexcept;
     SpinLock reclaim_lock_;        // one reclaimer at a time; never taken under lock_
 
     struct Range { uintptr_t start, end; int depth; };

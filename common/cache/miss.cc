@@ -448,6 +448,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     // index is the one the plan saw.
     bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
     write_begin();
+    defer_retiring_count_ = true;
     // Soft limits: room is made now, before this registration counts (it stays: it is not in
     // the index yet), and what goes is deregistered before vmt_get returns, as in plan_miss.
     // A plan on a cached range (base) makes none, as plan_miss makes none for it: an upgrade
@@ -472,6 +473,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         // Out of memory for index nodes: serve this one uncached.
         reg_set_state(r, kRegUncached);
         r->shared_holds.store(1, std::memory_order_relaxed);
+        count_retiring_left();
         write_end();
         g.unlock();
         tracker_->unwatch(u0, u1 - u0, plan.watch);
@@ -491,6 +493,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     TakenLimbo taken;
     if (limbo_urgent_.load(std::memory_order_relaxed))
         take_limbo_if_free(&taken);
+    count_retiring_left();
     g.unlock();
     if (target == ne)
         memo_fill_inserted(epoch, seq_inserted, dev, a0, target, r);

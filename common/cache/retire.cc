@@ -50,8 +50,12 @@ void Cache::retire(Reg *r) noexcept
     Entry *e = r->entry.load(std::memory_order_relaxed);
     forget_memo_of(e);  // no memo slot hands r out from here on (see MemoSlot)
     reg_set_state(r, kRegRetired);
-    if (limbo_total_.load(std::memory_order_relaxed) == 0)
-        g_retiring_caches.fetch_add(1, std::memory_order_relaxed);  // see its declaration
+    if (limbo_total_.load(std::memory_order_relaxed) == 0) {
+        if (defer_retiring_count_)
+            retiring_uncounted_ = true;  // count_retiring_left decides
+        else
+            g_retiring_caches.fetch_add(1, std::memory_order_relaxed);  // see its declaration
+    }
     r->next.store(limbo_, std::memory_order_relaxed);
     limbo_ = r;
     limbo_nonempty_.store(true, std::memory_order_relaxed);
@@ -363,8 +367,12 @@ Entry *Cache::free_deregistered_locked(Reg *r, Entry *free_later) noexcept
         count_deregistration(len);
     reg_set_state(r, kRegDead);
     add_under_lock(limbo_total_, ~size_t{0});  // minus one
-    if (limbo_total_.load(std::memory_order_relaxed) == 0)
-        g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
+    if (limbo_total_.load(std::memory_order_relaxed) == 0) {
+        if (retiring_uncounted_)
+            retiring_uncounted_ = false;
+        else
+            g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
+    }
     regs_.free(r);
     if (--e->regs_alive == 0 && !e->in_index) {
         if (!e->watched) {  // nothing to unwatch: back to the pool now
@@ -417,6 +425,15 @@ void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
             tk->count++;
         }
         free_deregistered_locked(r, nullptr);
+    }
+}
+
+void Cache::count_retiring_left() noexcept
+{
+    defer_retiring_count_ = false;
+    if (retiring_uncounted_) {  // limbo_total_ > 0: what take_limbo_if_free did not free
+        retiring_uncounted_ = false;
+        g_retiring_caches.fetch_add(1, std::memory_order_relaxed);
     }
 }
 
