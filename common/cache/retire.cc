@@ -37,6 +37,12 @@ constexpr int kReclaimPasses = 4;  // bounds the passes of one reclaim() such pu
 // CPU that runs a thread of the process) for this many, or this many bytes, whichever first.
 constexpr size_t kReclaimBatch = 64;
 constexpr size_t kReclaimBatchBytes = 64u << 20;
+
+// r's holds: those in threads' slots and those in its shared counter.
+int64_t holds_of(const Reg *r) noexcept
+{
+    return r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+}
 }  // namespace
 
 void Cache::retire(Reg *r) noexcept
@@ -164,7 +170,7 @@ void Cache::put(Reg *r, bool hold_released)
         return;
     }
     // Not in this thread's slots: a put by another thread, or once too often.
-    int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+    int64_t held = holds_of(r);
     if (held <= 0) {
         misuse("vmt_put(%p): released more times than it was taken (double vmt_put?)", (void *)r);
         return;
@@ -316,7 +322,7 @@ void Cache::reclaim_list(Reg *list) noexcept
     while (list) {
         Reg *r = list;
         list = r->next.load(std::memory_order_relaxed);
-        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+        int64_t held = holds_of(r);
         if (held > 0) {
             if (!(r->bits.load(std::memory_order_relaxed) & kBitsDeferred)) {
                 r->bits.fetch_or(kBitsDeferred, std::memory_order_relaxed);
@@ -413,7 +419,7 @@ void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
         list = r->next.load(std::memory_order_relaxed);
         Entry *e = r->entry.load(std::memory_order_relaxed);
         bool unwatch = e->watched && e->regs_alive == 1 && !e->in_index;
-        int64_t held = r->shared_holds.load(std::memory_order_acquire) + holds_in_threads(hold_key(r));
+        int64_t held = holds_of(r);
         if (held > 0 || unwatch || tk->count == TakenLimbo::kMax) {
             r->next.store(tk->rest, std::memory_order_relaxed);
             tk->rest = r;
