@@ -1,6 +1,7 @@
-/* Four bugs of the cache found while measuring misses (issue 12), one test each: a merge with a
- * neighbour unmapped during the registration, a detach whose dereg puts a registration of
- * another device, eviction at a device's own limit, and the subscriber lock across fork(). */
+/* Bugs of the cache found while measuring misses (issues 12 and 14), one test each: a merge
+ * with a neighbour unmapped during the registration, a detach whose dereg puts a registration
+ * of another device, eviction at a device's own limit, the subscriber lock across fork(), and
+ * a nested miss at a device's limit beside a reclaim pass that waits for the outer device. */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -218,6 +219,132 @@ START_TEST(device_limit_evicts_one)
 }
 END_TEST
 
+/* Stacked caches whose outer device serialises its callbacks (UCX runs an md's mem_reg and
+ * mem_dereg under one lock): A's reg gets a registration of B, which is at its own limit.
+ * Meanwhile another thread's reclaim pass deregisters a registration of A and waits for A's
+ * lock. The nested miss must not then wait for that pass (it used to, on the reclaim lock the
+ * pass holds: each thread waited for the other). */
+struct serial_dev {
+    pthread_mutex_t lock;           /* held across reg and dereg, like UCX's md lock */
+    struct vmt_device *inner;       /* reg nests a get of this device when set */
+    char *inner_addr;
+    atomic_int in_reg, in_dereg;
+    atomic_long live;
+    struct vmt_device_ops ops;
+};
+
+static int serial_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    struct serial_dev *d = ctx;
+    (void)len;
+    (void)access;
+    pthread_mutex_lock(&d->lock);
+    int rc = 0;
+    if (d->inner) {
+        atomic_store(&d->in_reg, 1);
+        for (int i = 0; i < 500 && !atomic_load(&d->in_dereg); i++)
+            usleep(10000);
+        struct vmt_reg *r;
+        rc = vmt_get(d->inner, d->inner_addr, PAGE, VMT_ACCESS_READ, &r);
+        if (rc == 0)
+            vmt_put(r);
+    }
+    if (rc == 0)
+        atomic_fetch_add(&d->live, 1);
+    pthread_mutex_unlock(&d->lock);
+    *handle = addr;
+    return rc;
+}
+
+static void serial_dereg(void *ctx, void *handle)
+{
+    struct serial_dev *d = ctx;
+    (void)handle;
+    atomic_store(&d->in_dereg, 1);
+    pthread_mutex_lock(&d->lock);
+    atomic_fetch_sub(&d->live, 1);
+    pthread_mutex_unlock(&d->lock);
+}
+
+struct nested_job {
+    struct vmt_device *dev;
+    char *addr;
+    atomic_int done;
+    int rc;
+};
+
+static void *nested_get_main(void *arg)
+{
+    struct nested_job *j = arg;
+    struct vmt_reg *r;
+    j->rc = vmt_get(j->dev, j->addr, PAGE, VMT_ACCESS_READ, &r);
+    if (j->rc == 0)
+        vmt_put(r);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+struct invalidate_job {
+    struct vmt_cache *cache;
+    char *addr;
+    atomic_int done;
+};
+
+static void *invalidate_range_main(void *arg)
+{
+    struct invalidate_job *j = arg;
+    vmt_invalidate(j->cache, j->addr, PAGE);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+START_TEST(nested_miss_at_limit_beside_a_reclaim)
+{
+    struct vmt_cache *c = cache_with("none", 0);
+    struct serial_dev a;
+    memset(&a, 0, sizeof a);
+    pthread_mutex_init(&a.lock, NULL);
+    device_ops_init(&a.ops, "serial", serial_reg, serial_dereg, 0);
+    struct counting_dev b;
+    counting_init(&b, 1);
+    struct vmt_device *da, *db;
+    ck_assert_int_eq(vmt_device_attach(c, &a.ops, &a, &da), 0);
+    ck_assert_int_eq(vmt_device_attach(c, &b.ops, &b, &db), 0);
+    char *buf = map_pages(8);
+    struct vmt_reg *r;
+    ck_assert_int_eq(vmt_get(db, buf, PAGE, VMT_ACCESS_READ, &r), 0);  /* B is full */
+    vmt_put(r);
+    ck_assert_int_eq(vmt_get(da, buf + 2 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    a.inner = db;
+    a.inner_addr = buf + 4 * PAGE;
+    struct nested_job job = {da, buf + 6 * PAGE, 0, 0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, nested_get_main, &job), 0);
+    while (!atomic_load(&a.in_reg))
+        usleep(1000);
+    /* The pass this runs deregisters A's cached registration: it waits for A's lock. */
+    struct invalidate_job inv = {c, buf + 2 * PAGE, 0};
+    pthread_t t2;
+    ck_assert_int_eq(pthread_create(&t2, NULL, invalidate_range_main, &inv), 0);
+    for (int i = 0; i < 500 && !(atomic_load(&job.done) && atomic_load(&inv.done)); i++)
+        usleep(10000);
+    ck_assert_msg(atomic_load(&job.done) && atomic_load(&inv.done),
+                  "the nested miss waits for a pass that waits for it");
+    pthread_join(t, NULL);
+    pthread_join(t2, NULL);
+    ck_assert_int_eq(job.rc, 0);
+    ck_assert_int_eq(vmt_flush(c), 0);
+    ck_assert_int_le(atomic_load(&b.live), 1);  /* B's limit holds once the pass is over */
+    vmt_device_detach(da);
+    vmt_device_detach(db);
+    vmt_cache_destroy(c);
+    munmap(buf, 8 * PAGE);
+    ck_assert_int_eq(atomic_load(&a.live), 0);
+    ck_assert_int_eq(atomic_load(&b.live), 0);
+}
+END_TEST
+
 static atomic_int in_callback, release_callback;
 
 static void slow_subscriber(void *arg, const void *addr, size_t len)
@@ -278,6 +405,7 @@ int main(void)
     tcase_add_test(tc, detach_whose_dereg_puts_another_device);
     tcase_add_test(tc, device_limit_evicts_one);
     tcase_add_test(tc, fork_during_subscriber_callback);
+    tcase_add_test(tc, nested_miss_at_limit_beside_a_reclaim);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK) ? 1 : 0;
 }

@@ -40,6 +40,11 @@ inline void add_under_lock(std::atomic<T> &counter, T delta)
     counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
 }
 
+// How many device reg calls this thread is inside (Cache::reg_evicting). A device may hold
+// its own lock across reg and dereg (UCX's md lock), so a miss nested in a reg never waits
+// for another thread's reclaim pass, which may be waiting in a dereg for that lock (reclaim).
+extern __thread int t_device_reg_depth __attribute__((tls_model("initial-exec")));
+
 // Every cache of the process, for the fork handlers (fork.cc); under g_caches_lock.
 extern std::mutex g_caches_lock;
 extern Cache *g_caches_list;

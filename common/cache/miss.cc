@@ -79,10 +79,22 @@ bool Cache::invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const n
     return false;
 }
 
+__thread int t_device_reg_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+namespace {
+int call_reg(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, void **handle) noexcept
+{
+    t_device_reg_depth++;
+    int rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
+    t_device_reg_depth--;
+    return rc;
+}
+}  // namespace
+
 int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,
                         bool *may_evict, void **handle) noexcept
 {
-    int rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
+    int rc = call_reg(dev, a0, a1, access, handle);
     if ((rc == -ENOMEM || rc == -ENOSPC) && *may_evict) {
         *may_evict = false;
         counts_.retries.fetch_add(1, std::memory_order_relaxed);
@@ -93,7 +105,7 @@ int Cache::reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
             write_end();
         }
         reclaim();
-        rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
+        rc = call_reg(dev, a0, a1, access, handle);
     }
     if (rc > 0)
         rc = -EIO;  // a device that returns a positive value broke its contract

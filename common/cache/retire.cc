@@ -217,6 +217,14 @@ void Cache::reclaim() noexcept
     }
     if (!limbo_nonempty_.load(std::memory_order_acquire))
         return;
+    if (t_device_reg_depth) {
+        // Inside a device's reg (a stacked cache's miss): a pass in another thread may wait
+        // in a dereg for a lock that reg holds, so this only joins a pass when none runs. What
+        // it leaves waits for the next reclaim; a device at its own limit then holds one
+        // registration more for that long (test_cache_bugs: a nested miss at a limit).
+        reclaim_unless_busy();
+        return;
+    }
     reclaim_settled();
 }
 
