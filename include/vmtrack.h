@@ -125,9 +125,10 @@ struct vmt_device_ops {
      * that called it, with no lock of the cache held: a device may pass per-call context to
      * its reg in a thread-local, and reg may itself call vmt_get/vmt_put (stacked caches).
      * Two threads' vmt_gets may call reg at the same time, for the same range too. reg may
-     * hold a lock that its dereg also takes: a vmt_get nested in a reg never waits for
-     * another thread's deregistrations, so an inner device at its max_regions may hold one
-     * registration more until the next reclaim. */
+     * hold a lock that its dereg also takes: while a reg runs, the vmt_get and vmt_put it
+     * makes deregister nothing and wait for no deregistration elsewhere (what they would
+     * deregister goes when the outermost reg returns), so an inner device at its max_regions
+     * may hold one registration more for that long. */
     int  (*reg)(void *ctx, void *addr, size_t len, unsigned access, void **handle);
     void (*dereg)(void *ctx, void *handle);
     size_t max_regions;       /* 0: no limit of the device's own */

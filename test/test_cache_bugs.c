@@ -1,7 +1,8 @@
 /* Bugs of the cache found while measuring misses (issues 12 and 14), one test each: a merge
  * with a neighbour unmapped during the registration, a detach whose dereg puts a registration
  * of another device, eviction at a device's own limit, the subscriber lock across fork(), and
- * a nested miss at a device's limit beside a reclaim pass that waits for the outer device. */
+ * a nested miss at a device's limit, beside a reclaim pass that waits for the outer device
+ * and alone (its reclaim must not call the outer device's dereg inside its reg). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -345,6 +346,88 @@ START_TEST(nested_miss_at_limit_beside_a_reclaim)
 }
 END_TEST
 
+/* The same stacking in one thread: a reclaim that the nested miss runs (B at its limit) must
+ * not deregister one of A's registrations while A's reg is still running (A's lock is not
+ * recursive here: an error-checking mutex says EDEADLK instead of hanging). */
+static atomic_int dereg_inside_reg;
+
+static void checked_dereg(void *ctx, void *handle)
+{
+    struct serial_dev *d = ctx;
+    (void)handle;
+    if (pthread_mutex_lock(&d->lock) == EDEADLK) {
+        atomic_fetch_add(&dereg_inside_reg, 1);
+        atomic_fetch_sub(&d->live, 1);
+        return;
+    }
+    atomic_fetch_sub(&d->live, 1);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static int nesting_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+    struct serial_dev *d = ctx;
+    (void)len;
+    (void)access;
+    ck_assert_int_eq(pthread_mutex_lock(&d->lock), 0);
+    int rc = 0;
+    if (d->inner) {
+        struct vmt_reg *r;
+        rc = vmt_get(d->inner, d->inner_addr, PAGE, VMT_ACCESS_READ, &r);
+        if (rc == 0)
+            vmt_put(r);
+    }
+    if (rc == 0)
+        atomic_fetch_add(&d->live, 1);
+    pthread_mutex_unlock(&d->lock);
+    *handle = addr;
+    return rc;
+}
+
+START_TEST(nested_miss_reclaims_nothing_of_the_outer_device)
+{
+    struct vmt_cache *c = cache_with("none", 3);
+    struct serial_dev a;
+    memset(&a, 0, sizeof a);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&a.lock, &attr);
+    device_ops_init(&a.ops, "checked", nesting_reg, checked_dereg, 0);
+    struct counting_dev b;
+    counting_init(&b, 1);
+    struct vmt_device *da, *db;
+    ck_assert_int_eq(vmt_device_attach(c, &a.ops, &a, &da), 0);
+    ck_assert_int_eq(vmt_device_attach(c, &b.ops, &b, &db), 0);
+    char *buf = map_pages(14);
+    struct vmt_reg *r;
+    static const int order[] = {0, 2, 4, 6};  /* A, A, B, A: the fourth evicts the first */
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(vmt_get(i == 2 ? db : da, buf + order[i] * PAGE, PAGE, VMT_ACCESS_READ,
+                                 &r), 0);
+        vmt_put(r);
+    }
+    ck_assert_uint_ge(stats_of(c).retired_waiting, 1);  /* A's first, evicted for the limit */
+    atomic_store(&dereg_inside_reg, 0);
+    a.inner = db;
+    a.inner_addr = buf + 8 * PAGE;  /* B is full: this evicts B's and reclaims at once */
+    ck_assert_int_eq(vmt_get(da, buf + 10 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+    vmt_put(r);
+    ck_assert_msg(atomic_load(&dereg_inside_reg) == 0,
+                  "A's dereg ran %d times inside A's reg", atomic_load(&dereg_inside_reg));
+    ck_assert_int_le(atomic_load(&b.live), 1);  /* reclaimed once A's reg returned */
+    a.inner = NULL;
+    ck_assert_int_eq(vmt_flush(c), 0);
+    vmt_device_detach(da);
+    vmt_device_detach(db);
+    vmt_cache_destroy(c);
+    munmap(buf, 14 * PAGE);
+    ck_assert_int_eq(atomic_load(&a.live), 0);
+    ck_assert_int_eq(atomic_load(&b.live), 0);
+    pthread_mutexattr_destroy(&attr);
+}
+END_TEST
+
 static atomic_int in_callback, release_callback;
 
 static void slow_subscriber(void *arg, const void *addr, size_t len)
@@ -406,6 +489,7 @@ int main(void)
     tcase_add_test(tc, device_limit_evicts_one);
     tcase_add_test(tc, fork_during_subscriber_callback);
     tcase_add_test(tc, nested_miss_at_limit_beside_a_reclaim);
+    tcase_add_test(tc, nested_miss_reclaims_nothing_of_the_outer_device);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK) ? 1 : 0;
 }

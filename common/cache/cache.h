@@ -340,6 +340,7 @@ private:
     void reclaim_pass() noexcept;
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.
     void reclaim_if_due() noexcept;
+    void defer_reclaim() noexcept;
     void reclaim_unless_busy() noexcept;
     void run_reclaim_passes() noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
@@ -442,6 +443,9 @@ public:
                                   ThreadRecord *t) noexcept;
     void count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m) noexcept;
     void reclaim_now() noexcept { reclaim(); }
+    // What this thread's device reg calls put off (defer_reclaim): run once the outermost
+    // has returned.
+    static void run_deferred_reclaims() noexcept;
 private:
     // seq: the sequence count the caller found the entry under (a retirement is always in a
     // write section, whose start moves it).

@@ -41,9 +41,11 @@ inline void add_under_lock(std::atomic<T> &counter, T delta)
 }
 
 // How many device reg calls this thread is inside (Cache::reg_evicting). A device may hold
-// its own lock across reg and dereg (UCX's md lock), so a miss nested in a reg never waits
-// for another thread's reclaim pass, which may be waiting in a dereg for that lock (reclaim).
+// its own lock across reg and dereg (UCX's md lock), so nothing is deregistered while one
+// runs (Cache::defer_reclaim).
 extern __thread int t_device_reg_depth __attribute__((tls_model("initial-exec")));
+// How many caches' reclaims this thread's device reg calls put off (Cache::defer_reclaim).
+extern __thread int t_reclaims_deferred __attribute__((tls_model("initial-exec")));
 
 // Every cache of the process, for the fork handlers (fork.cc); under g_caches_lock.
 extern std::mutex g_caches_lock;

@@ -86,7 +86,8 @@ int call_reg(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, void **ha
 {
     t_device_reg_depth++;
     int rc = dev->ops.reg(dev->ctx, reinterpret_cast<void *>(a0), a1 - a0, access, handle);
-    t_device_reg_depth--;
+    if (--t_device_reg_depth == 0 && __builtin_expect(t_reclaims_deferred != 0, 0))
+        Cache::run_deferred_reclaims();
     return rc;
 }
 }  // namespace

@@ -26,10 +26,15 @@
 
 namespace vmt {
 
+__thread int t_reclaims_deferred __attribute__((tls_model("initial-exec"))) = 0;
+
 namespace {
 // Initial-exec, like t_record: the default TLS model in a shared library costs a
 // __tls_get_addr call per use.
 __thread bool t_in_reclaim __attribute__((tls_model("initial-exec"))) = false;
+// The caches whose reclaim a device's reg in this thread put off (Cache::defer_reclaim).
+constexpr int kMaxDeferredReclaims = 4;
+__thread Cache *t_deferred_caches[kMaxDeferredReclaims] __attribute__((tls_model("initial-exec")));
 // A reclaim asked for while this thread reclaims (a put from a device's dereg): run again.
 __thread bool t_reclaim_again __attribute__((tls_model("initial-exec"))) = false;
 constexpr int kReclaimPasses = 4;  // bounds the passes of one reclaim() such puts can cause
@@ -190,8 +195,12 @@ void Cache::reclaim_if_due() noexcept
         return;
     if (limbo_new_.load(std::memory_order_relaxed) >= kReclaimBatch ||
         limbo_new_bytes_.load(std::memory_order_relaxed) >= kReclaimBatchBytes ||
-        (limbo_urgent_.load(std::memory_order_relaxed) != 0 && reader_barrier_is_free()))
-        reclaim_unless_busy();
+        (limbo_urgent_.load(std::memory_order_relaxed) != 0 && reader_barrier_is_free())) {
+        if (t_device_reg_depth)
+            defer_reclaim();
+        else
+            reclaim_unless_busy();
+    }
 }
 
 // A batch that is due need not wait for another thread's pass: that pass, or the next batch,
@@ -218,14 +227,32 @@ void Cache::reclaim() noexcept
     if (!limbo_nonempty_.load(std::memory_order_acquire))
         return;
     if (t_device_reg_depth) {
-        // Inside a device's reg (a stacked cache's miss): a pass in another thread may wait
-        // in a dereg for a lock that reg holds, so this only joins a pass when none runs. What
-        // it leaves waits for the next reclaim; a device at its own limit then holds one
-        // registration more for that long (test_cache_bugs: a nested miss at a limit).
-        reclaim_unless_busy();
+        defer_reclaim();
         return;
     }
     reclaim_settled();
+}
+
+// Inside a device's reg (a stacked cache's miss, or a put there), nothing is deregistered: the
+// reg may hold a lock that its dereg takes too (UCX runs an md's mem_reg and mem_dereg under
+// one), and a pass here could call that dereg in this thread, or wait for a pass in another
+// thread that waits in that dereg for the lock. The reclaim runs when the outermost reg
+// returns (run_deferred_reclaims); a device at its own limit holds one registration more until
+// then (test_cache_bugs: the two nested-miss cases).
+void Cache::defer_reclaim() noexcept
+{
+    for (int i = 0; i < t_reclaims_deferred; i++)
+        if (t_deferred_caches[i] == this)
+            return;
+    if (t_reclaims_deferred < kMaxDeferredReclaims)
+        t_deferred_caches[t_reclaims_deferred++] = this;
+    // else: more caches than that nested in one reg; this one's next batch takes it.
+}
+
+void Cache::run_deferred_reclaims() noexcept
+{
+    while (t_reclaims_deferred > 0)
+        t_deferred_caches[--t_reclaims_deferred]->reclaim();
 }
 
 // vmt_flush's promise, "nothing unheld is left registered when it returns", covers what a
@@ -412,7 +439,7 @@ Entry *Cache::free_deregistered_locked(Reg *r, Entry *free_later) noexcept
 void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
 {
     tk->taken = false;
-    if (!limbo_ || t_in_reclaim || !reclaim_lock_.try_lock())
+    if (!limbo_ || t_in_reclaim || t_device_reg_depth || !reclaim_lock_.try_lock())
         return;
     if (!reader_barrier_if_free()) {
         reclaim_lock_.unlock();
