@@ -229,22 +229,30 @@ struct serial_dev {
     pthread_mutex_t lock;           /* held across reg and dereg, like UCX's md lock */
     struct vmt_device *inner;       /* reg nests a get of this device when set */
     char *inner_addr;
+    int wait_for_dereg;
     atomic_int in_reg, in_dereg;
     atomic_long live;
     struct vmt_device_ops ops;
 };
 
+static atomic_int dereg_inside_reg;
+
+/* With `inner` set, reg gets a registration of that device (and puts it) under the lock;
+ * with `wait_for_dereg` also, it first waits until another thread is in dereg. */
 static int serial_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
 {
     struct serial_dev *d = ctx;
     (void)len;
     (void)access;
-    pthread_mutex_lock(&d->lock);
+    if (pthread_mutex_lock(&d->lock) != 0)
+        return -EDEADLK;
     int rc = 0;
     if (d->inner) {
-        atomic_store(&d->in_reg, 1);
-        for (int i = 0; i < 500 && !atomic_load(&d->in_dereg); i++)
-            usleep(10000);
+        if (d->wait_for_dereg) {
+            atomic_store(&d->in_reg, 1);
+            for (int i = 0; i < 500 && !atomic_load(&d->in_dereg); i++)
+                usleep(10000);
+        }
         struct vmt_reg *r;
         rc = vmt_get(d->inner, d->inner_addr, PAGE, VMT_ACCESS_READ, &r);
         if (rc == 0)
@@ -257,12 +265,17 @@ static int serial_reg(void *ctx, void *addr, size_t len, unsigned access, void *
     return rc;
 }
 
+/* An error-checking mutex says EDEADLK where a plain one would hang: counted, not waited. */
 static void serial_dereg(void *ctx, void *handle)
 {
     struct serial_dev *d = ctx;
     (void)handle;
     atomic_store(&d->in_dereg, 1);
-    pthread_mutex_lock(&d->lock);
+    if (pthread_mutex_lock(&d->lock) == EDEADLK) {
+        atomic_fetch_add(&dereg_inside_reg, 1);
+        atomic_fetch_sub(&d->live, 1);
+        return;
+    }
     atomic_fetch_sub(&d->live, 1);
     pthread_mutex_unlock(&d->lock);
 }
@@ -299,33 +312,64 @@ static void *invalidate_range_main(void *arg)
     return NULL;
 }
 
+/* A (serial_dev) and B (counting_dev, limited to one region) on one cache; A's lock is an
+ * error-checking mutex where `checked`. */
+struct stacked {
+    struct vmt_cache *cache;
+    struct serial_dev a;
+    struct counting_dev b;
+    struct vmt_device *da, *db;
+};
+
+static void stacked_open(struct stacked *st, size_t max_entries, int checked)
+{
+    memset(st, 0, sizeof *st);
+    st->cache = cache_with("none", max_entries);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    if (checked)
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&st->a.lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    device_ops_init(&st->a.ops, "serial", serial_reg, serial_dereg, 0);
+    counting_init(&st->b, 1);
+    ck_assert_int_eq(vmt_device_attach(st->cache, &st->a.ops, &st->a, &st->da), 0);
+    ck_assert_int_eq(vmt_device_attach(st->cache, &st->b.ops, &st->b, &st->db), 0);
+}
+
+/* Flushes, detaches and destroys; every registration of both must have been deregistered. */
+static void stacked_close(struct stacked *st)
+{
+    st->a.inner = NULL;
+    ck_assert_int_eq(vmt_flush(st->cache), 0);
+    vmt_device_detach(st->da);
+    vmt_device_detach(st->db);
+    vmt_cache_destroy(st->cache);
+    ck_assert_int_eq(atomic_load(&st->a.live), 0);
+    ck_assert_int_eq(atomic_load(&st->b.live), 0);
+    pthread_mutex_destroy(&st->a.lock);
+}
+
 START_TEST(nested_miss_at_limit_beside_a_reclaim)
 {
-    struct vmt_cache *c = cache_with("none", 0);
-    struct serial_dev a;
-    memset(&a, 0, sizeof a);
-    pthread_mutex_init(&a.lock, NULL);
-    device_ops_init(&a.ops, "serial", serial_reg, serial_dereg, 0);
-    struct counting_dev b;
-    counting_init(&b, 1);
-    struct vmt_device *da, *db;
-    ck_assert_int_eq(vmt_device_attach(c, &a.ops, &a, &da), 0);
-    ck_assert_int_eq(vmt_device_attach(c, &b.ops, &b, &db), 0);
+    struct stacked st;
+    stacked_open(&st, 0, 0);
     char *buf = map_pages(8);
     struct vmt_reg *r;
-    ck_assert_int_eq(vmt_get(db, buf, PAGE, VMT_ACCESS_READ, &r), 0);  /* B is full */
+    ck_assert_int_eq(vmt_get(st.db, buf, PAGE, VMT_ACCESS_READ, &r), 0);  /* B is full */
     vmt_put(r);
-    ck_assert_int_eq(vmt_get(da, buf + 2 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+    ck_assert_int_eq(vmt_get(st.da, buf + 2 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
     vmt_put(r);
-    a.inner = db;
-    a.inner_addr = buf + 4 * PAGE;
-    struct nested_job job = {da, buf + 6 * PAGE, 0, 0};
+    st.a.inner = st.db;
+    st.a.inner_addr = buf + 4 * PAGE;
+    st.a.wait_for_dereg = 1;
+    struct nested_job job = {st.da, buf + 6 * PAGE, 0, 0};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, nested_get_main, &job), 0);
-    while (!atomic_load(&a.in_reg))
+    while (!atomic_load(&st.a.in_reg))
         usleep(1000);
     /* The pass this runs deregisters A's cached registration: it waits for A's lock. */
-    struct invalidate_job inv = {c, buf + 2 * PAGE, 0};
+    struct invalidate_job inv = {st.cache, buf + 2 * PAGE, 0};
     pthread_t t2;
     ck_assert_int_eq(pthread_create(&t2, NULL, invalidate_range_main, &inv), 0);
     for (int i = 0; i < 500 && !(atomic_load(&job.done) && atomic_load(&inv.done)); i++)
@@ -335,96 +379,39 @@ START_TEST(nested_miss_at_limit_beside_a_reclaim)
     pthread_join(t, NULL);
     pthread_join(t2, NULL);
     ck_assert_int_eq(job.rc, 0);
-    ck_assert_int_eq(vmt_flush(c), 0);
-    ck_assert_int_le(atomic_load(&b.live), 1);  /* B's limit holds once the pass is over */
-    vmt_device_detach(da);
-    vmt_device_detach(db);
-    vmt_cache_destroy(c);
+    ck_assert_int_eq(vmt_flush(st.cache), 0);
+    ck_assert_int_le(atomic_load(&st.b.live), 1);  /* B's limit holds once the pass is over */
+    stacked_close(&st);
     munmap(buf, 8 * PAGE);
-    ck_assert_int_eq(atomic_load(&a.live), 0);
-    ck_assert_int_eq(atomic_load(&b.live), 0);
 }
 END_TEST
 
 /* The same stacking in one thread: a reclaim that the nested miss runs (B at its limit) must
  * not deregister one of A's registrations while A's reg is still running (A's lock is not
  * recursive here: an error-checking mutex says EDEADLK instead of hanging). */
-static atomic_int dereg_inside_reg;
-
-static void checked_dereg(void *ctx, void *handle)
-{
-    struct serial_dev *d = ctx;
-    (void)handle;
-    if (pthread_mutex_lock(&d->lock) == EDEADLK) {
-        atomic_fetch_add(&dereg_inside_reg, 1);
-        atomic_fetch_sub(&d->live, 1);
-        return;
-    }
-    atomic_fetch_sub(&d->live, 1);
-    pthread_mutex_unlock(&d->lock);
-}
-
-static int nesting_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
-{
-    struct serial_dev *d = ctx;
-    (void)len;
-    (void)access;
-    ck_assert_int_eq(pthread_mutex_lock(&d->lock), 0);
-    int rc = 0;
-    if (d->inner) {
-        struct vmt_reg *r;
-        rc = vmt_get(d->inner, d->inner_addr, PAGE, VMT_ACCESS_READ, &r);
-        if (rc == 0)
-            vmt_put(r);
-    }
-    if (rc == 0)
-        atomic_fetch_add(&d->live, 1);
-    pthread_mutex_unlock(&d->lock);
-    *handle = addr;
-    return rc;
-}
-
 START_TEST(nested_miss_reclaims_nothing_of_the_outer_device)
 {
-    struct vmt_cache *c = cache_with("none", 3);
-    struct serial_dev a;
-    memset(&a, 0, sizeof a);
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
-    pthread_mutex_init(&a.lock, &attr);
-    device_ops_init(&a.ops, "checked", nesting_reg, checked_dereg, 0);
-    struct counting_dev b;
-    counting_init(&b, 1);
-    struct vmt_device *da, *db;
-    ck_assert_int_eq(vmt_device_attach(c, &a.ops, &a, &da), 0);
-    ck_assert_int_eq(vmt_device_attach(c, &b.ops, &b, &db), 0);
-    char *buf = map_pages(14);
+    struct stacked st;
+    stacked_open(&st, 3, 1);
+    char *buf = map_pages(12);
     struct vmt_reg *r;
     static const int order[] = {0, 2, 4, 6};  /* A, A, B, A: the fourth evicts the first */
     for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(vmt_get(i == 2 ? db : da, buf + order[i] * PAGE, PAGE, VMT_ACCESS_READ,
-                                 &r), 0);
+        ck_assert_int_eq(vmt_get(i == 2 ? st.db : st.da, buf + order[i] * PAGE, PAGE,
+                                 VMT_ACCESS_READ, &r), 0);
         vmt_put(r);
     }
-    ck_assert_uint_ge(stats_of(c).retired_waiting, 1);  /* A's first, evicted for the limit */
+    ck_assert_uint_ge(stats_of(st.cache).retired_waiting, 1);  /* A's first, for the limit */
     atomic_store(&dereg_inside_reg, 0);
-    a.inner = db;
-    a.inner_addr = buf + 8 * PAGE;  /* B is full: this evicts B's and reclaims at once */
-    ck_assert_int_eq(vmt_get(da, buf + 10 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
+    st.a.inner = st.db;
+    st.a.inner_addr = buf + 8 * PAGE;  /* B is full: this evicts B's and reclaims at once */
+    ck_assert_int_eq(vmt_get(st.da, buf + 10 * PAGE, PAGE, VMT_ACCESS_READ, &r), 0);
     vmt_put(r);
     ck_assert_msg(atomic_load(&dereg_inside_reg) == 0,
                   "A's dereg ran %d times inside A's reg", atomic_load(&dereg_inside_reg));
-    ck_assert_int_le(atomic_load(&b.live), 1);  /* reclaimed once A's reg returned */
-    a.inner = NULL;
-    ck_assert_int_eq(vmt_flush(c), 0);
-    vmt_device_detach(da);
-    vmt_device_detach(db);
-    vmt_cache_destroy(c);
-    munmap(buf, 14 * PAGE);
-    ck_assert_int_eq(atomic_load(&a.live), 0);
-    ck_assert_int_eq(atomic_load(&b.live), 0);
-    pthread_mutexattr_destroy(&attr);
+    ck_assert_int_le(atomic_load(&st.b.live), 1);  /* reclaimed once A's reg returned */
+    stacked_close(&st);
+    munmap(buf, 12 * PAGE);
 }
 END_TEST
 
