@@ -291,7 +291,7 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
     // enough (tens of milliseconds) that starting the threads and this machine's bursts of
     // steal do not decide the ratio.
     const size_t scaling_ops = opt.quick ? 16384 : 32768;
-    std::vector<double> wall, cpu;
+    std::vector<double> wall, cpu, ucx_wall;
     for (int r = 0; r < reps; r++) {
         struct miss_result one {}, two {};
         int rc = run_vmtrack(opt.tracker, MISS_FRESH_APART, scaling_ops, 1, &one);
@@ -301,17 +301,27 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
             return rc;
         wall.push_back(two.ops_per_sec / one.ops_per_sec);
         cpu.push_back(two.ops_per_cpu_sec / one.ops_per_cpu_sec);
+        double u1[5], u2[5];
+        if (ucx && run_ucx(MISS_FRESH_APART, scaling_ops, 1, u1) == 0 &&
+            run_ucx(MISS_FRESH_APART, scaling_ops, 2, u2) == 0)
+            ucx_wall.push_back(u2[1] / u1[1]);
     }
     double scaling = median(wall), cpu_scaling = median(cpu);
+    double ucx_scaling = ucx_wall.empty() ? -1 : median(ucx_wall);
     rows->push_back({"misses, 2 threads / 1 thread, per second of wall time", fmt(scaling, 2), "x",
                      ">= 1.6x", verdict(scaling >= 1.6)});
     rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
                      fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
+    if (ucx_scaling > 0)
+        rows->push_back({"  UCX 1.13, same: 2 threads / 1 thread, wall", fmt(ucx_scaling, 2), "x",
+                         "(baseline)", ""});
 
     double alone = 0, beside = 0;
     int rc = hits_beside_misses(opt, reps, rows, &alone, &beside);
     if (rc)
         return rc;
+    if (ucx_scaling > 0)
+        *json += ",\"ucx_miss_scaling_2t\":" + fmt(ucx_scaling, 3);
     *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"miss_scaling_2t\":" + fmt(scaling, 3) +
              ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) +
              ",\"hit_beside_misses_ns\":" + fmt(beside, 2) + ",\"hit_alone_ns\":" + fmt(alone, 2) +

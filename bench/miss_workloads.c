@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +57,43 @@ static double clock_ns(clockid_t id)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* The threads' common start. A pthread barrier let the last thread through at once and woke
+ * the others by a futex: on a 2-vCPU guest that wake-up took up to milliseconds, while a
+ * thread's whole run of 32768 misses takes four, so "two threads together" were often one
+ * after the other (measured: 0.9-1.0x the misses of one thread when they started apart,
+ * 0.2-0.3x when they did overlap). Here every thread spins until all have arrived. */
+struct start_line {
+    atomic_uint arrived;
+    unsigned threads;
+};
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+static void start_together(struct start_line *l)
+{
+    atomic_fetch_add(&l->arrived, 1);
+    for (unsigned spins = 0; atomic_load(&l->arrived) < l->threads; spins++) {
+        if (spins < 100000)
+            relax();
+        else
+            sched_yield();  /* more threads than CPUs, or one not scheduled yet */
+    }
+}
+
 struct miss_thread {
     pthread_t tid;
     const struct miss_cache *cache;
     enum miss_workload w;
     size_t ops;
     unsigned seed;
-    pthread_barrier_t *start;
+    struct start_line *start;
     double t0, t1, cpu;
     double median, median_without;  /* MISS_ONCE: per iteration */
     unsigned long regs;             /* device registrations while timed */
@@ -90,13 +122,13 @@ static char *map_span(size_t bytes)
 }
 
 /* Every region once, in address order: each get is the first of its region. */
-static int run_fresh(struct miss_thread *t, size_t stride, pthread_barrier_t *start)
+static int run_fresh(struct miss_thread *t, size_t stride, struct start_line *start)
 {
     size_t span = t->ops * stride;
     char *base = map_span(span);
     if (!base)
         t->err = -errno;
-    pthread_barrier_wait(start);
+    start_together(start);
     if (t->err)
         return t->err;
     t->regs = registrations(t->cache);
@@ -129,7 +161,7 @@ static uint32_t *random_regions(struct miss_thread *t, int hot)
 
 /* Gets at the regions idx names, cycled; the cache is warmed with a pass over the first of
  * them, untimed. */
-static int run_random(struct miss_thread *t, int hot, pthread_barrier_t *start)
+static int run_random(struct miss_thread *t, int hot, struct start_line *start)
 {
     size_t regions = hot ? HOT_REGIONS + CHURN_REGIONS : RANDOM_REGIONS;
     size_t span = regions * STRIDE_APART;
@@ -139,7 +171,7 @@ static int run_random(struct miss_thread *t, int hot, pthread_barrier_t *start)
         t->err = -ENOMEM;
     for (size_t i = 0; !t->err && i < RANDOM_REGIONS; i++)  /* warm: the cache is full */
         t->err = get_put(t->cache, base + (size_t)(hot ? idx[i] : i) * STRIDE_APART);
-    pthread_barrier_wait(start);
+    start_together(start);
     if (!t->err) {
         t->regs = registrations(t->cache);
         t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -189,12 +221,12 @@ static double once(const struct miss_cache *c, int *err)
  * loop's body with the cache and without it, next to each other, and the figures are the
  * medians of each: the page faults and the hypervisor's preemptions, which cost far more than
  * the cache, then fall out of the difference. */
-static int run_once(struct miss_thread *t, pthread_barrier_t *start)
+static int run_once(struct miss_thread *t, struct start_line *start)
 {
     double *with = malloc(t->ops * sizeof *with), *without = malloc(t->ops * sizeof *without);
     if (!with || !without)
         t->err = -ENOMEM;
-    pthread_barrier_wait(start);
+    start_together(start);
     t->regs = registrations(t->cache);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     t->t0 = clock_ns(CLOCK_MONOTONIC);
@@ -245,8 +277,9 @@ int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, i
         return -EINVAL;
     }
     struct miss_thread th[64];
-    pthread_barrier_t start;
-    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    struct start_line start;
+    atomic_init(&start.arrived, 0);
+    start.threads = (unsigned)threads;
     memset(th, 0, sizeof th);
     for (int i = 0; i < threads; i++) {
         th[i].cache = cache;
@@ -256,7 +289,7 @@ int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, i
         th[i].start = &start;
         if (pthread_create(&th[i].tid, NULL, miss_thread_main, &th[i]) != 0) {
             fprintf(stderr, "miss_run: pthread_create failed\n");
-            abort();  /* the barrier would never open */
+            abort();  /* the others would wait for it forever */
         }
     }
     double first = 0, last = 0, cpu = 0, per_cpu = 0;
@@ -272,7 +305,6 @@ int miss_run(const struct miss_cache *cache, enum miss_workload w, size_t ops, i
         if (i == 0 || th[i].t1 > last)
             last = th[i].t1;
     }
-    pthread_barrier_destroy(&start);
     if (err) {
         fprintf(stderr, "miss workload %s: get failed: %s\n", miss_workload_name(w),
                 strerror(-err));
