@@ -15,6 +15,8 @@
 // and takes its hold back. What is still held after that stays in limbo_ (counted as
 // deferred) until a later reclaim; the rest is deregistered outside the index lock, and an
 // entry goes back to its pool (and is unwatched) with its last registration.
+// While a device's reg runs in this thread (a stacked cache's miss), nothing is reclaimed:
+// the cache is noted and reclaimed when the outermost reg returns (defer_reclaim).
 #include "config.h"
 #include "cache/cache.h"
 
