@@ -4,7 +4,7 @@
 // paravirtualised machines, where the wake-up is an IPI); glibc's default mutex sleeps at once.
 //
 // BasicLockable and Lockable, so std::lock_guard and std::unique_lock work with it. The state
-// is one word, so the child of a fork rebuilds it with a placement new, as it would a
+// is two words, so the child of a fork rebuilds it with a placement new, as it would a
 // std::mutex. Waiting for an event under the lock: FutexEvent.
 #ifndef VMTRACK_COMMON_SPIN_LOCK_H
 #define VMTRACK_COMMON_SPIN_LOCK_H
@@ -28,6 +28,8 @@ inline void cpu_relax() noexcept
 
 // Sleeps while *word == expect (or until woken, or a signal): the caller re-checks.
 void futex_wait(std::atomic<uint32_t> *word, uint32_t expect) noexcept;
+// The same, for at most `ns` nanoseconds.
+void futex_wait_for(std::atomic<uint32_t> *word, uint32_t expect, long ns) noexcept;
 // Wakes up to `count` threads sleeping on word.
 void futex_wake(std::atomic<uint32_t> *word, int count) noexcept;
 
@@ -53,15 +55,19 @@ public:
     void unlock() noexcept
     {
         if (__builtin_expect(state_.exchange(kFree, std::memory_order_release) == kSleepers, 0))
-            futex_wake(&state_, 1);
+            wake_one();
     }
 
 private:
-    // kSleepers: held, and some thread may sleep on the futex (its unlock must wake one).
+    // kSleepers: held, and some thread may sleep on the futex (its unlock must wake one, or
+    // leave it to wake itself: wake_one).
     static constexpr uint32_t kFree = 0, kHeld = 1, kSleepers = 2;
     void lock_contended() noexcept;
+    bool spin_to_take(uint32_t take_as) noexcept;
+    void wake_one() noexcept;
 
     std::atomic<uint32_t> state_{kFree};
+    std::atomic<uint64_t> last_wake_{0};  // when an unlock last woke a sleeper (wake_one)
 };
 
 // "Something changed": a thread that holds `lock` and waits for a change (an unmap's end) lets
