@@ -38,17 +38,24 @@ constexpr uint64_t kWakeGapTicks = 0;  // no clock to measure the gap by: wake a
 constexpr long kSleepNs = 100000;
 }  // namespace
 
+namespace {
+void futex_wait_until(std::atomic<uint32_t> *word, uint32_t expect,
+                      const struct timespec *rel) noexcept
+{
+    syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expect, rel,
+            nullptr, 0);
+}
+}  // namespace
+
 void futex_wait(std::atomic<uint32_t> *word, uint32_t expect) noexcept
 {
-    syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expect, nullptr,
-            nullptr, 0);
+    futex_wait_until(word, expect, nullptr);
 }
 
 void futex_wait_for(std::atomic<uint32_t> *word, uint32_t expect, long ns) noexcept
 {
     struct timespec rel = {ns / 1000000000L, ns % 1000000000L};
-    syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expect, &rel,
-            nullptr, 0);
+    futex_wait_until(word, expect, &rel);
 }
 
 void futex_wake(std::atomic<uint32_t> *word, int count) noexcept
@@ -57,15 +64,12 @@ void futex_wake(std::atomic<uint32_t> *word, int count) noexcept
             nullptr, 0);
 }
 
-bool SpinLock::spin_to_take(uint32_t take_as) noexcept
+bool SpinLock::spin_to_take(uint32_t state) noexcept
 {
     uint64_t start = spin_clock();
     do {
         cpu_relax();
-        uint32_t expect = kFree;
-        if (state_.load(std::memory_order_relaxed) == kFree &&
-            state_.compare_exchange_strong(expect, take_as, std::memory_order_acquire,
-                                           std::memory_order_relaxed))
+        if (state_.load(std::memory_order_relaxed) == kFree && take_as(state))
             return true;
     } while (spin_clock() - start < kSpinTicks);
     return false;

@@ -44,17 +44,10 @@ public:
 
     void lock() noexcept
     {
-        uint32_t expect = kFree;
-        if (__builtin_expect(!state_.compare_exchange_strong(expect, kHeld, std::memory_order_acquire,
-                                                             std::memory_order_relaxed), 0))
+        if (__builtin_expect(!take_as(kHeld), 0))
             lock_contended();
     }
-    bool try_lock() noexcept
-    {
-        uint32_t expect = kFree;
-        return state_.compare_exchange_strong(expect, kHeld, std::memory_order_acquire,
-                                              std::memory_order_relaxed);
-    }
+    bool try_lock() noexcept { return take_as(kHeld); }
     void unlock() noexcept
     {
         if (__builtin_expect(state_.exchange(kFree, std::memory_order_release) == kSleepers, 0))
@@ -66,7 +59,14 @@ private:
     // leave it to wake itself: wake_one).
     static constexpr uint32_t kFree = 0, kHeld = 1, kSleepers = 2;
     void lock_contended() noexcept;
-    bool spin_to_take(uint32_t take_as) noexcept;
+    // Free to `state`: true if this thread took it so.
+    bool take_as(uint32_t state) noexcept
+    {
+        uint32_t expect = kFree;
+        return state_.compare_exchange_strong(expect, state, std::memory_order_acquire,
+                                              std::memory_order_relaxed);
+    }
+    bool spin_to_take(uint32_t state) noexcept;
     void wake_one() noexcept;
 
     std::atomic<uint32_t> state_{kFree};
