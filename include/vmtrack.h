@@ -225,7 +225,10 @@ struct vmt_stats {
     uint64_t memo_wraps;      /* times the memo was cleared because the retire count wrapped */
     /* Retired registrations are deregistered in batches, one reader barrier for each. */
     uint64_t retired_waiting; /* retired, not yet deregistered (held ones included) */
-    uint64_t reclaim_passes;  /* batches reclaimed (each one barrier on every thread) */
+    uint64_t reclaim_passes;  /* batches reclaimed */
+    uint64_t reclaim_barriers; /* passes that interrupted the process's other threads
+                                  (membarrier); the others waited until those threads had
+                                  called vmt_get again, or had none to wait for */
 };
 /* Fills the first stats->sz bytes (fields this library does not know read 0). Errors: -EINVAL
  * (NULL, sz smaller than the original struct). */

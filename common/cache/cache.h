@@ -337,12 +337,17 @@ private:
     // is returned). lock_ is held.
     Entry *free_deregistered_locked(Reg *r, Entry *free_later) noexcept;
     void reclaim_settled() noexcept;  // also waits for a pass running in another thread
-    void reclaim_pass() noexcept;
+    // may_wait: a batch's pass, which may leave its list to wait for a grace period
+    // (after_grace); else everything retired and not held is deregistered before it returns.
+    void reclaim_pass(bool may_wait) noexcept;
+    Reg *after_grace(Reg *list, size_t bytes, bool may_wait) noexcept;
+    Reg *take_waiting() noexcept;                 // all of waiting_ (reclaim_lock_ held)
+    static Reg *join_regs(Reg *a, Reg *b) noexcept;  // b after a (lists linked by next)
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.
     void reclaim_if_due() noexcept;
     void defer_reclaim() noexcept;
     void reclaim_unless_busy() noexcept;
-    void run_reclaim_passes() noexcept;
+    void run_reclaim_passes(bool may_wait) noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
     Reg *detach_limbo_locked() noexcept;  // all of limbo_, for a pass (lock_ held)
@@ -511,6 +516,12 @@ private:
     bool retiring_uncounted_ = false;  // limbo_total_ > 0, g_retiring_caches not raised for it
     void count_retiring_left() noexcept;
     SpinLock reclaim_lock_;        // one reclaimer at a time; never taken under lock_
+    // A batch taken from limbo_ that waits until every other thread has noted its grace
+    // period (after_grace): changed under reclaim_lock_, read without it as a hint. Its
+    // registrations count in limbo_total_ still, and its new bytes in waiting_bytes_.
+    std::atomic<Reg *> waiting_{nullptr};
+    uint64_t waiting_period_ = 0;
+    std::atomic<size_t> waiting_bytes_{0};
 
     struct Range { uintptr_t start, end; int depth; };
     Range unmaps_[kMaxUnmapsInFlight] {};
@@ -543,7 +554,8 @@ private:
     struct Counters {
         std::atomic<uint64_t> hits_shared{0}, misses{0}, registrations{0}, deregistrations{0},
             invalidations{0}, evictions{0}, uncached{0}, merges{0}, upgrades{0}, retries{0},
-            deferred{0}, memo_wraps{0}, bytes_registered{0}, reclaim_passes{0};
+            deferred{0}, memo_wraps{0}, bytes_registered{0}, reclaim_passes{0},
+            reclaim_barriers{0};
     } counts_;
 
     std::atomic<bool> needs_fork_fixup_{false};

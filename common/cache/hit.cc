@@ -407,6 +407,7 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     ThreadRecord *t = thread_record();
     if (!t)
         return -ENOMEM;
+    note_reader_progress(t);  // before this get's hold: see grace_period_passed
     // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
     WalkHint hint;
     if (hit(dev, a, end, access, t, out, &hint))

@@ -12,7 +12,9 @@
 // for evictions made only for max_entries (limbo_urgent_, Cache::evict_for_insert).
 // reclaim() then runs reader_barrier(): every reader that published a hold before the
 // retirement is now visible to it, and every later reader sees the moved sequence or epoch
-// and takes its hold back. What is still held after that stays in limbo_ (counted as
+// and takes its hold back. A batch's pass in a threaded process proves the same by a grace
+// period where it can (after_grace, holds.h): the batch waits until every other thread has
+// noted it, and the barrier is left for threads that do not. What is still held after that stays in limbo_ (counted as
 // deferred) until a later reclaim; the rest is deregistered outside the index lock, and an
 // entry goes back to its pool (and is unwatched) with its last registration.
 // While a device's reg runs in this thread (a stacked cache's miss), nothing is reclaimed:
@@ -217,7 +219,7 @@ void Cache::reclaim_unless_busy() noexcept
     }
     std::unique_lock<SpinLock> rl(reclaim_lock_, std::try_to_lock);
     if (rl.owns_lock())
-        run_reclaim_passes();
+        run_reclaim_passes(true);
 }
 
 void Cache::reclaim() noexcept
@@ -226,7 +228,8 @@ void Cache::reclaim() noexcept
         t_reclaim_again = true;  // the pass running in this thread repeats when it is done
         return;
     }
-    if (!limbo_nonempty_.load(std::memory_order_acquire))
+    if (!limbo_nonempty_.load(std::memory_order_acquire) &&
+        !waiting_.load(std::memory_order_acquire))
         return;
     if (t_device_reg_depth) {
         defer_reclaim();
@@ -268,16 +271,16 @@ void Cache::reclaim_settled() noexcept
         return;
     }
     std::lock_guard<SpinLock> rl(reclaim_lock_);
-    run_reclaim_passes();
+    run_reclaim_passes(false);
 }
 
 // reclaim_lock_ is held: passes until no put from a device's dereg asks for another.
-void Cache::run_reclaim_passes() noexcept
+void Cache::run_reclaim_passes(bool may_wait) noexcept
 {
     t_in_reclaim = true;
     for (int pass = 0; pass < kReclaimPasses; pass++) {
         t_reclaim_again = false;
-        reclaim_pass();
+        reclaim_pass(may_wait);
         if (!t_reclaim_again)
             break;
     }
@@ -300,12 +303,12 @@ size_t Cache::deregister_held(Device *dev) noexcept
             Reg *victim = nullptr;
             {
                 std::lock_guard<SpinLock> g(lock_);
-                for (Reg *r = limbo_; r; r = r->next.load(std::memory_order_relaxed))
-                    if (r->dev.load(std::memory_order_relaxed) == dev &&
-                        reg_state(r) == kRegRetired) {
-                        victim = r;
-                        break;
-                    }
+                // The waiting batch is this pass's (reclaim_lock_ is held), limbo_ the lock's.
+                for (Reg *list : {limbo_, waiting_.load(std::memory_order_relaxed)})
+                    for (Reg *r = list; r && !victim; r = r->next.load(std::memory_order_relaxed))
+                        if (r->dev.load(std::memory_order_relaxed) == dev &&
+                            reg_state(r) == kRegRetired)
+                            victim = r;
                 if (victim) {
                     reg_set_state(victim, kRegDead);
                     Entry *e = victim->entry.load(std::memory_order_relaxed);
@@ -326,20 +329,67 @@ size_t Cache::deregister_held(Device *dev) noexcept
     return held;
 }
 
-// One pass: everything in limbo_ now, behind one reader barrier. reclaim_lock_ is held.
-void Cache::reclaim_pass() noexcept
+// One pass: everything in limbo_ now, and the batch that waited for its grace period.
+// reclaim_lock_ is held.
+void Cache::reclaim_pass(bool may_wait) noexcept
 {
     Reg *list;
+    size_t bytes;
     {
         std::lock_guard<SpinLock> g(lock_);
+        bytes = limbo_new_bytes_.load(std::memory_order_relaxed);
         list = detach_limbo_locked();
-        if (list)
+        if (list || waiting_.load(std::memory_order_relaxed))
             add_under_lock(counts_.reclaim_passes, uint64_t{1});
     }
-    if (!list)
-        return;
-    reader_barrier();
-    reclaim_list(list);
+    if (list || waiting_.load(std::memory_order_relaxed))
+        reclaim_list(after_grace(list, bytes, may_wait));
+}
+
+// What of `list` (just taken from limbo_, `bytes` of it new) and of waiting_ no reader can
+// still take a hold of unseen: everything, where the reader barrier is free or is made; else
+// the waiting batch once every other thread has noted its grace period. A batch pass
+// (may_wait) with nothing waiting leaves its list to wait for a period instead of
+// interrupting every thread of the process; the next pass finds it passed where the other
+// threads keep calling vmt_get (two threads missing together made a membarrier every 64
+// evictions, 5-25 us each on these VMs, the half of their time). At most one batch waits,
+// and everything does at a reclaim that must finish (flush, detach, a device at its limit).
+Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
+{
+    Reg *ready = nullptr;
+    if (!reader_barrier_if_free()) {
+        Reg *waiting = waiting_.load(std::memory_order_relaxed);
+        if (waiting && grace_period_passed(waiting_period_))
+            ready = take_waiting();
+        if (list && may_wait && !waiting_.load(std::memory_order_relaxed)) {
+            waiting_period_ = begin_grace_period();
+            waiting_bytes_.store(bytes, std::memory_order_relaxed);
+            waiting_.store(list, std::memory_order_relaxed);
+            list = nullptr;
+        }
+        if (!list && (may_wait || !waiting_.load(std::memory_order_relaxed)))
+            return ready;
+        if (reader_barrier())
+            counts_.reclaim_barriers.fetch_add(1, std::memory_order_relaxed);
+    }
+    return join_regs(join_regs(list, take_waiting()), ready);
+}
+
+Reg *Cache::take_waiting() noexcept
+{
+    waiting_bytes_.store(0, std::memory_order_relaxed);
+    return waiting_.exchange(nullptr, std::memory_order_relaxed);
+}
+
+Reg *Cache::join_regs(Reg *a, Reg *b) noexcept
+{
+    if (!a)
+        return b;
+    Reg *tail = a;
+    while (Reg *next = tail->next.load(std::memory_order_relaxed))
+        tail = next;
+    tail->next.store(b, std::memory_order_relaxed);
+    return a;
 }
 
 Reg *Cache::detach_limbo_locked() noexcept
@@ -451,7 +501,8 @@ void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
     tk->count = 0;
     tk->rest = nullptr;
     add_under_lock(counts_.reclaim_passes, uint64_t{1});
-    for (Reg *list = detach_limbo_locked(); list;) {
+    // A batch that waited for its grace period (reclaim_lock_ is held) goes with the rest.
+    for (Reg *list = join_regs(detach_limbo_locked(), take_waiting()); list;) {
         Reg *r = list;
         list = r->next.load(std::memory_order_relaxed);
         Entry *e = r->entry.load(std::memory_order_relaxed);

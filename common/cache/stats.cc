@@ -41,6 +41,7 @@ void Cache::stats(struct vmt_stats *s)
     v.memo_wraps = counts_.memo_wraps.load();
     v.retired_waiting = limbo_total_.load();
     v.reclaim_passes = counts_.reclaim_passes.load();
+    v.reclaim_barriers = counts_.reclaim_barriers.load();
     size_t n = s->sz < sizeof v ? s->sz : sizeof v;
     size_t caller_sz = s->sz;
     memcpy(s, &v, n);

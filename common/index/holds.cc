@@ -18,6 +18,7 @@ namespace vmt {
 
 __attribute__((visibility("hidden"))) std::atomic<bool> g_readers_fence{false};
 __attribute__((visibility("hidden"))) std::atomic<long> g_retiring_caches{0};
+__attribute__((visibility("hidden"))) std::atomic<uint64_t> g_grace_period{1};
 __thread ThreadRecord *t_record __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
@@ -134,6 +135,7 @@ ThreadRecord *thread_record_slow() noexcept
     // reader_barrier): its epoch or sequence move precedes that look in the single total
     // order, so it precedes this fence, and every hit this thread makes from now on sees it.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    note_reader_progress(r);  // after the fence: no hold of its own from before
     pthread_setspecific(g_exit_key, r);
     t_record = r;
     return r;
@@ -204,24 +206,41 @@ bool reader_barrier_if_free() noexcept
     return !other_readers();  // which fences before it looks, as reader_barrier's test does
 }
 
-void reader_barrier() noexcept
+bool reader_barrier() noexcept
 {
     membarrier_setup();
     if (g_readers_fence.load(std::memory_order_relaxed) || !other_readers()) {
         // Readers fence themselves in this mode (decided once, before any hit could skip the
         // fence), or no other thread can be reading: this side needs only its own fence.
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        return;
+        return false;
     }
     // Readers rely on this barrier: it must not fail. membarrier fails only when the kernel
     // cannot allocate a CPU mask; the protection barrier is the fallback; both are retried.
     for (unsigned attempt = 0;; attempt++) {
         if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-            return;
+            return true;
         if (protection_barrier())
-            return;
+            return true;
         usleep(attempt < 10 ? 100 : 10000);
     }
+}
+
+uint64_t begin_grace_period() noexcept
+{
+    return g_grace_period.fetch_add(1, std::memory_order_seq_cst) + 1;
+}
+
+bool grace_period_passed(uint64_t period) noexcept
+{
+    // As other_readers: a thread that takes a record after this look fences first and notes
+    // the period then.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (ThreadRecord *r = g_records.load(std::memory_order_seq_cst); r; r = r->next)
+        if (r != t_record && r->owned.load(std::memory_order_seq_cst) &&
+            r->grace_seen.load(std::memory_order_acquire) < period)
+            return false;
+    return true;
 }
 
 void holds_lock_for_fork() noexcept { g_records_lock.lock(); }

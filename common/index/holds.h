@@ -10,7 +10,8 @@
 // tree path, its sequence count). A retirer moves them, then calls reader_barrier()
 // (membarrier: a full fence on every thread of the process), then sums the holds. Either the
 // retirer sees the hold, or the reader sees the change and backs out. Readers pay a compiler
-// barrier only. Where membarrier is missing from the start, readers on the tree path pay a
+// barrier only. A grace period (below) gives the retirer the same where every other thread
+// keeps calling vmt_get's full path, without the barrier. Where membarrier is missing from the start, readers on the tree path pay a
 // real fence and the memo (whose path has no fence) is never filled.
 #ifndef VMTRACK_COMMON_HOLDS_H
 #define VMTRACK_COMMON_HOLDS_H
@@ -44,6 +45,9 @@ struct alignas(64) ThreadRecord {
     std::atomic<uint64_t> tree_hits[kFastStatCaches];  // answered by a walk of the index
     ThreadRecord *next = nullptr;        // in the list of all records; never unlinked
     std::atomic<bool> owned{false};      // a live thread uses it
+    // The grace period this thread had seen when it last entered vmt_get's full path
+    // (note_reader_progress): see grace_period_passed.
+    std::atomic<uint64_t> grace_seen{0};
 };
 
 // The calling thread's record (created on first use; nullptr only when out of memory).
@@ -125,8 +129,8 @@ int64_t holds_in_threads(HoldKey id) noexcept;
 extern std::atomic<bool> g_readers_fence __attribute__((visibility("hidden")));
 
 // A full memory barrier on every running thread of the process (a plain fence when no other
-// thread owns a record).
-void reader_barrier() noexcept;
+// thread owns a record): true if it had to interrupt other threads (membarrier).
+bool reader_barrier() noexcept;
 // Whether reader_barrier() would cost nothing but a fence: readers fence themselves, or no
 // other thread owns a record now. A hint for batching; reader_barrier decides again.
 bool reader_barrier_is_free() noexcept;
@@ -134,6 +138,27 @@ bool reader_barrier_is_free() noexcept;
 // look at the records, for a caller that would otherwise ask reader_barrier_is_free() and
 // then call reader_barrier(), which fence three times between them.
 bool reader_barrier_if_free() noexcept;
+
+// Grace periods: a cheaper proof than reader_barrier() for threads that keep calling vmtrack.
+// A reclaimer starts one after it took its retirements (begin_grace_period: a seq_cst
+// increment, after those retirements' stores); each thread publishes the latest it has seen
+// where it enters vmt_get's full path, never inside a hit's publish-and-check
+// (note_reader_progress: a release store of an acquire load). Once every other owned record
+// shows the period (grace_period_passed), each hold a thread published before its note is
+// visible (the release), and each hit it began after it reads the moved sequence or epoch
+// (the acquire), which is all reader_barrier() gives. A thread that only hits through the memo
+// never notes: the reclaimer falls back to the barrier then.
+extern std::atomic<uint64_t> g_grace_period __attribute__((visibility("hidden")));
+inline void note_reader_progress(ThreadRecord *t) noexcept
+{
+    uint64_t seen = g_grace_period.load(std::memory_order_acquire);
+    if (t->grace_seen.load(std::memory_order_relaxed) != seen)
+        t->grace_seen.store(seen, std::memory_order_release);
+}
+// The new period's number.
+uint64_t begin_grace_period() noexcept;
+// Whether every thread but the caller that owns a record has noted `period` (or a later one).
+bool grace_period_passed(uint64_t period) noexcept;
 
 // After fork in the child: only the calling thread exists; every other record is freed.
 void holds_after_fork_child() noexcept;

@@ -44,6 +44,8 @@ static void fake_dereg_fn(void *ctx, void *handle)
     struct fake_reg *r = (struct fake_reg *)handle;
     if (!r->live)
         abort(); /* deregistered twice: the cache is broken */
+    if (handle == atomic_load(&f->watched))
+        atomic_fetch_add(&f->watched_deregs, 1);
     r->live = 0;
     atomic_fetch_sub(&f->live_bytes, (long)r->len);
     free(r);
@@ -58,6 +60,8 @@ void fake_init(struct fake_device *f, size_t max_regions)
     atomic_init(&f->fail_next, 0);
     atomic_init(&f->fail_count, 0);
     atomic_init(&f->live, 0);
+    atomic_init(&f->watched, NULL);
+    atomic_init(&f->watched_deregs, 0);
     atomic_init(&f->live_bytes, 0);
     atomic_init(&f->reg_delay_us, 0);
     f->max_live = 0;

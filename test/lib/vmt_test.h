@@ -36,6 +36,8 @@ struct fake_device {
     atomic_int reg_delay_us;     /* a registration takes this long (a real device pins pages) */
     atomic_long live;
     atomic_long live_bytes;      /* of the live registrations */
+    _Atomic(void *) watched;     /* a handle whose deregistrations are counted apart... */
+    atomic_int watched_deregs;   /* ...here (a handle's memory is freed at its dereg) */
     struct vmt_device_ops ops;
 };
 

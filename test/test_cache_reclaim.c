@@ -1,0 +1,218 @@
+/* Reclaim in a process with more than one thread: a batch of retired registrations waits for
+ * its grace period (every other thread has entered vmt_get's full path since) instead of
+ * interrupting every thread with a membarrier; a thread that calls nothing makes the next
+ * batch fall back to the barrier; a hold taken before the period is never deregistered under
+ * its holder; and whatever waits goes at a flush. */
+#include "config.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include <vmtrack.h>
+
+#include "lib/vmt_test.h"
+
+enum { kCacheLimit = 4, kMainPages = 8192, kHelperPages = 64 };
+
+/* What the second thread is asked to do, one step at a time. */
+enum step { STEP_NONE, STEP_MISS, STEP_HOLD, STEP_PUT, STEP_QUIT };
+
+struct helper {
+    pthread_t tid;
+    struct fixture *fx;
+    char *pages;          /* its own, 2 * kHelperPages (every other one is used) */
+    int used;
+    char *held_at;        /* STEP_HOLD's page */
+    struct vmt_reg *held;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    enum step asked;
+    int steps_done;
+};
+
+static void helper_miss(struct helper *h)
+{
+    ck_assert_int_lt(h->used, kHelperPages);
+    struct vmt_reg *r = get_ok(h->fx->dev, h->pages + 2 * (size_t)h->used++ * page, page,
+                               VMT_ACCESS_READ);
+    vmt_put(r);
+}
+
+/* A hold taken the way a steady hit takes it: the page is registered (a miss), found by a
+ * walk of the index (which memoizes it), then found in the memo, and that hold is kept. */
+static void helper_hold(struct helper *h)
+{
+    h->held_at = h->pages + 2 * (size_t)h->used++ * page;
+    for (int i = 0; i < 2; i++)
+        vmt_put(get_ok(h->fx->dev, h->held_at, page, VMT_ACCESS_READ));
+    h->held = get_ok(h->fx->dev, h->held_at, page, VMT_ACCESS_READ);
+}
+
+static void *helper_main(void *arg)
+{
+    struct helper *h = arg;
+    helper_miss(h);  /* it owns a thread record from here on */
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        h->steps_done++;
+        pthread_cond_broadcast(&h->cv);
+        while (h->asked == STEP_NONE)
+            pthread_cond_wait(&h->cv, &h->mu);
+        enum step s = h->asked;
+        h->asked = STEP_NONE;
+        if (s == STEP_QUIT)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        if (s == STEP_MISS)
+            helper_miss(h);
+        else if (s == STEP_HOLD)
+            helper_hold(h);
+        else
+            vmt_put(h->held);
+        pthread_mutex_lock(&h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static void helper_start(struct helper *h, struct fixture *fx)
+{
+    *h = (struct helper){.fx = fx, .pages = map_anon(2 * kHelperPages * page)};
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    ck_assert_int_eq(pthread_create(&h->tid, NULL, helper_main, h), 0);
+    pthread_mutex_lock(&h->mu);
+    while (h->steps_done < 1)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Runs one step in the helper and waits until it is done. */
+static void helper_do(struct helper *h, enum step s)
+{
+    pthread_mutex_lock(&h->mu);
+    int done = h->steps_done;
+    h->asked = s;
+    pthread_cond_broadcast(&h->cv);
+    while (s != STEP_QUIT && h->steps_done == done)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void helper_stop(struct helper *h)
+{
+    helper_do(h, STEP_QUIT);
+    pthread_join(h->tid, NULL);
+    munmap(h->pages, 2 * kHelperPages * page);
+}
+
+/* The main thread's misses, each evicting one entry (the cache holds kCacheLimit), until the
+ * cache has made `passes` reclaim passes. */
+struct mainline {
+    struct fixture *fx;
+    char *pages;
+    int used;
+};
+
+static struct vmt_stats miss_until_passes(struct mainline *m, uint64_t passes)
+{
+    struct vmt_stats st = stats_of(m->fx->cache);
+    while (st.reclaim_passes < passes) {
+        ck_assert_msg(m->used < kMainPages, "no reclaim pass after %d misses", m->used);
+        vmt_put(get_ok(m->fx->dev, m->pages + 2 * (size_t)m->used++ * page, page,
+                       VMT_ACCESS_READ));
+        st = stats_of(m->fx->cache);
+    }
+    return st;
+}
+
+static void mainline_open(struct mainline *m, struct fixture *fx)
+{
+    fixture_open_limited(fx, "none", kCacheLimit, 0, 0, 0);
+    *m = (struct mainline){.fx = fx, .pages = map_anon(2 * (size_t)kMainPages * page)};
+}
+
+static void mainline_close(struct mainline *m)
+{
+    ck_assert_int_eq(vmt_flush(m->fx->cache), 0);
+    ck_assert_int_eq(atomic_load(&m->fx->fake.live), 0);
+    munmap(m->pages, 2 * (size_t)kMainPages * page);
+    fixture_close(m->fx);
+}
+
+START_TEST(batch_waits_for_the_other_threads_get)
+{
+    struct fixture fx;
+    struct mainline m;
+    struct helper h;
+    mainline_open(&m, &fx);
+    helper_start(&h, &fx);
+
+    /* The first batch waits: the helper has not called since it was retired. */
+    struct vmt_stats st = miss_until_passes(&m, 1);
+    ck_assert_uint_eq(st.reclaim_barriers, 0);
+    ck_assert_uint_gt(st.evictions, 0);
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 0);
+    ck_assert_uint_eq(st.retired_waiting, st.evictions);
+
+    /* The helper still calls nothing: the next batch makes the barrier, for both. */
+    st = miss_until_passes(&m, 2);
+    ck_assert_uint_eq(st.reclaim_barriers, 1);
+    long after_barrier = atomic_load(&fx.fake.deregs);
+    ck_assert_int_gt(after_barrier, 0);
+
+    /* A batch waits again; the helper misses once; the next pass frees that batch with no
+     * barrier. */
+    miss_until_passes(&m, 3);
+    ck_assert_int_eq(atomic_load(&fx.fake.deregs), after_barrier);
+    helper_do(&h, STEP_MISS);
+    st = miss_until_passes(&m, 4);
+    ck_assert_uint_eq(st.reclaim_barriers, 1);
+    ck_assert_int_gt(atomic_load(&fx.fake.deregs), after_barrier);
+
+    /* What still waits goes at a flush (the helper idle: with a barrier). */
+    helper_stop(&h);
+    mainline_close(&m);
+}
+END_TEST
+
+START_TEST(hold_from_before_the_period_is_kept)
+{
+    struct fixture fx;
+    struct mainline m;
+    struct helper h;
+    mainline_open(&m, &fx);
+    helper_start(&h, &fx);
+    helper_do(&h, STEP_HOLD);
+    atomic_store(&fx.fake.watched, vmt_reg_handle(h.held));
+
+    /* The main thread's misses evict the held page's entry; the helper keeps calling, so
+     * batches pass without a barrier, and each pass finds the hold. */
+    for (uint64_t pass = 1; pass <= 6; pass++) {
+        miss_until_passes(&m, pass);
+        helper_do(&h, STEP_MISS);
+        ck_assert_int_eq(atomic_load(&fx.fake.watched_deregs), 0);
+    }
+    struct vmt_stats st = stats_of(fx.cache);
+    ck_assert_uint_ge(st.deferred, 1);  /* it was retired, and kept for its holder */
+    ck_assert_uint_lt(st.reclaim_barriers, 6);
+
+    /* Released, it is deregistered by the next reclaim that must finish. */
+    helper_do(&h, STEP_PUT);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    ck_assert_int_eq(atomic_load(&fx.fake.watched_deregs), 1);
+    helper_stop(&h);
+    mainline_close(&m);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *const cases[] = {
+        batch_waits_for_the_other_threads_get, hold_from_before_the_period_is_kept, NULL
+    };
+    return check_run_cases("cache reclaim", 60, cases);
+}
