@@ -22,12 +22,16 @@ namespace {
 // The null device, counting its registrations (the cache's misses) like UCX's side does.
 struct CountingDevice {
     struct vmt_device *dev = nullptr;
-    std::atomic<unsigned long> registrations{0};
+    struct null_count *registrations = nullptr;
+    CountingDevice() : registrations(null_count_new()) {}
+    ~CountingDevice() { null_count_free(registrations); }
+    CountingDevice(const CountingDevice &) = delete;
+    CountingDevice &operator=(const CountingDevice &) = delete;
 };
 
 int counting_reg(void *ctx, void *addr, size_t, unsigned, void **handle)
 {
-    static_cast<CountingDevice *>(ctx)->registrations.fetch_add(1, std::memory_order_relaxed);
+    null_count_add(static_cast<CountingDevice *>(ctx)->registrations);
     *handle = addr;
     return 0;
 }
@@ -40,13 +44,15 @@ int vmt_miss_get(void *ctx, void *addr, size_t len, void **handle)
 void vmt_miss_put(void *, void *handle) { vmt_put(static_cast<struct vmt_reg *>(handle)); }
 unsigned long vmt_miss_registrations(void *ctx)
 {
-    return static_cast<CountingDevice *>(ctx)->registrations.load(std::memory_order_relaxed);
+    return null_count_read(static_cast<CountingDevice *>(ctx)->registrations);
 }
 
 // A fresh vmtrack cache limited to MISS_CACHE_LIMIT entries, with the null device attached
 // to `counting`. 0, or a negative errno with a message.
 int open_null_cache(const std::string &tracker, struct vmt_cache **cache, CountingDevice *counting)
 {
+    if (!counting->registrations)
+        return -ENOMEM;
     struct vmt_cache_opts o;
     memset(&o, 0, sizeof o);
     o.sz = sizeof o;

@@ -25,20 +25,20 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
 #include "bench_ucx_rcache.h"
 #include <ucs/memory/rcache.h>
 
-static unsigned long null_registrations;  /* mem_reg calls: the cache's misses */
+static struct null_count *null_registrations;  /* mem_reg calls: the cache's misses */
 
 static ucs_status_t null_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
                                  ucs_rcache_region_t *region, uint16_t flags)
 {
     (void)context; (void)rcache; (void)arg; (void)region; (void)flags;
-    __atomic_add_fetch(&null_registrations, 1, __ATOMIC_RELAXED);
+    null_count_add(null_registrations);
     return UCS_OK;
 }
 
 static unsigned long ucx_registrations(void *ctx)
 {
     (void)ctx;
-    return __atomic_load_n(&null_registrations, __ATOMIC_RELAXED);
+    return null_count_read(null_registrations);
 }
 
 static void null_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region)
@@ -73,6 +73,8 @@ int vmtrack_bench_ucx_miss(const char *workload, size_t ops, int threads, double
         return -EINVAL;
     }
     struct miss_result res;
+    if (!null_registrations && !(null_registrations = null_count_new()))
+        return -ENOMEM;
 
     ucs_rcache_t *rcache;
     ucs_status_t status =

@@ -50,6 +50,43 @@ int miss_workload_parse(const char *name)
     return -1;
 }
 
+#define NULL_COUNT_SLOTS 64u
+
+struct null_count {
+    struct {
+        _Alignas(64) atomic_ulong n;
+    } slot[NULL_COUNT_SLOTS];
+};
+
+struct null_count *null_count_new(void)
+{
+    struct null_count *c = aligned_alloc(64, sizeof *c);
+    if (c)
+        for (unsigned i = 0; i < NULL_COUNT_SLOTS; i++)
+            atomic_init(&c->slot[i].n, 0);
+    return c;
+}
+
+void null_count_free(struct null_count *c) { free(c); }
+
+void null_count_add(struct null_count *c)
+{
+    static atomic_uint next_slot;
+    static __thread unsigned slot = ~0u;
+    if (slot == ~0u)
+        slot = atomic_fetch_add(&next_slot, 1) % NULL_COUNT_SLOTS;
+    /* Threads past the slots share one: still exact, only no longer unshared. */
+    atomic_fetch_add_explicit(&c->slot[slot].n, 1, memory_order_relaxed);
+}
+
+unsigned long null_count_read(const struct null_count *c)
+{
+    unsigned long sum = 0;
+    for (unsigned i = 0; i < NULL_COUNT_SLOTS; i++)
+        sum += atomic_load_explicit(&c->slot[i].n, memory_order_relaxed);
+    return sum;
+}
+
 static double clock_ns(clockid_t id)
 {
     struct timespec ts;

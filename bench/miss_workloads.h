@@ -44,6 +44,17 @@ struct miss_result {
     double regs_per_op;      /* device registrations per operation while timed (1 thread) */
 };
 
+/* The registrations a null device made, counted by both caches' null devices: a cache line
+ * per thread, summed when read, so that the device writes nothing two threads share. A
+ * shared counter (an atomic add per miss) held two threads missing on two separate vmtrack
+ * caches, which share nothing else on a miss, at 1.0-1.2x the misses of one thread per
+ * second: the row measured the device's line, not the cache. NULL when out of memory. */
+struct null_count;
+struct null_count *null_count_new(void);
+void null_count_free(struct null_count *c);
+void null_count_add(struct null_count *c);
+unsigned long null_count_read(const struct null_count *c);
+
 /* The workload's name on the command line of vmtrack-ucx-bench, and back; -1 if unknown. */
 const char *miss_workload_name(enum miss_workload w);
 /* What the benches print for it. */
