@@ -375,10 +375,16 @@ Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
     return join_regs(join_regs(list, take_waiting()), ready);
 }
 
+// Changed only under reclaim_lock_: no read-modify-write (the at-once reclaim of every miss
+// at a device's limit comes here, and finds nothing).
 Reg *Cache::take_waiting() noexcept
 {
-    waiting_bytes_.store(0, std::memory_order_relaxed);
-    return waiting_.exchange(nullptr, std::memory_order_relaxed);
+    Reg *waiting = waiting_.load(std::memory_order_relaxed);
+    if (waiting) {
+        waiting_.store(nullptr, std::memory_order_relaxed);
+        waiting_bytes_.store(0, std::memory_order_relaxed);
+    }
+    return waiting;
 }
 
 Reg *Cache::join_regs(Reg *a, Reg *b) noexcept
