@@ -15,10 +15,11 @@
 
 #include "lib/vmt_test.h"
 
-enum { kCacheLimit = 4, kMainPages = 8192, kHelperPages = 64 };
+/* STEP_HIT's gets: a memo hit marks its entry recently used once in 16. */
+enum { kCacheLimit = 4, kMainPages = 8192, kHelperPages = 64, kHitsPerStep = 16 };
 
 /* What the second thread is asked to do, one step at a time. */
-enum step { STEP_NONE, STEP_MISS, STEP_HOLD, STEP_PUT, STEP_QUIT };
+enum step { STEP_NONE, STEP_MISS, STEP_HOLD, STEP_PUT, STEP_HIT, STEP_QUIT };
 
 struct helper {
     pthread_t tid;
@@ -70,6 +71,9 @@ static void *helper_main(void *arg)
             helper_miss(h);
         else if (s == STEP_HOLD)
             helper_hold(h);
+        else if (s == STEP_HIT)
+            for (int i = 0; i < kHitsPerStep; i++)
+                vmt_put(get_ok(h->fx->dev, h->held_at, page, VMT_ACCESS_READ));
         else
             vmt_put(h->held);
         pthread_mutex_lock(&h->mu);
@@ -129,9 +133,9 @@ static struct vmt_stats miss_until_passes(struct mainline *m, uint64_t passes)
     return st;
 }
 
-static void mainline_open(struct mainline *m, struct fixture *fx)
+static void mainline_open(struct mainline *m, struct fixture *fx, size_t limit)
 {
-    fixture_open_limited(fx, "none", kCacheLimit, 0, 0, 0);
+    fixture_open_limited(fx, "none", limit, 0, 0, 0);
     *m = (struct mainline){.fx = fx, .pages = map_anon(2 * (size_t)kMainPages * page)};
 }
 
@@ -148,7 +152,7 @@ START_TEST(batch_waits_for_the_other_threads_get)
     struct fixture fx;
     struct mainline m;
     struct helper h;
-    mainline_open(&m, &fx);
+    mainline_open(&m, &fx, kCacheLimit);
     helper_start(&h, &fx);
 
     /* The first batch waits: the helper has not called since it was retired. */
@@ -184,7 +188,7 @@ START_TEST(hold_from_before_the_period_is_kept)
     struct fixture fx;
     struct mainline m;
     struct helper h;
-    mainline_open(&m, &fx);
+    mainline_open(&m, &fx, kCacheLimit);
     helper_start(&h, &fx);
     helper_do(&h, STEP_HOLD);
     atomic_store(&fx.fake.watched, vmt_reg_handle(h.held));
@@ -209,10 +213,38 @@ START_TEST(hold_from_before_the_period_is_kept)
 }
 END_TEST
 
+/* A thread that only hits through the memo notes the period at its put (which a retirement
+ * anywhere sends the slow way): the batches of a thread that misses pass without a barrier. */
+START_TEST(memo_hits_let_batches_pass)
+{
+    struct fixture fx;
+    struct mainline m;
+    struct helper h;
+    /* Room enough that the helper's page, hit once a batch, keeps its second chance. */
+    mainline_open(&m, &fx, 128);
+    helper_start(&h, &fx);
+    helper_do(&h, STEP_HOLD);
+    helper_do(&h, STEP_PUT);
+    for (uint64_t pass = 1; pass <= 6; pass++) {
+        miss_until_passes(&m, pass);
+        struct vmt_stats before = stats_of(fx.cache);
+        helper_do(&h, STEP_HIT);
+        struct vmt_stats after = stats_of(fx.cache);
+        ck_assert_uint_eq(after.memo_hits, before.memo_hits + kHitsPerStep);
+        ck_assert_uint_eq(after.misses, before.misses);
+    }
+    /* The first pass parks its batch; each later one finds the period passed. */
+    ck_assert_uint_eq(stats_of(fx.cache).reclaim_barriers, 0);
+    helper_stop(&h);
+    mainline_close(&m);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {
-        batch_waits_for_the_other_threads_get, hold_from_before_the_period_is_kept, NULL
+        batch_waits_for_the_other_threads_get, hold_from_before_the_period_is_kept,
+        memo_hits_let_batches_pass, NULL
     };
     return check_run_cases("cache reclaim", 60, cases);
 }

@@ -477,6 +477,10 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
     }
     Reg *r = reinterpret_cast<Reg *>(reg);
     if (released) {
+        // Between two gets of this thread: a thread that hits through the memo while another
+        // retires lets that one's batches pass without a barrier (see grace_period_passed).
+        if (ThreadRecord *t = t_record)
+            note_reader_progress(t);
         publish_fence();
         if (g_retiring_caches.load(std::memory_order_acquire) == 0)
             return;

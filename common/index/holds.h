@@ -142,12 +142,13 @@ bool reader_barrier_if_free() noexcept;
 // Grace periods: a cheaper proof than reader_barrier() for threads that keep calling vmtrack.
 // A reclaimer starts one after it took its retirements (begin_grace_period: a seq_cst
 // increment, after those retirements' stores); each thread publishes the latest it has seen
-// where it enters vmt_get's full path, never inside a hit's publish-and-check
-// (note_reader_progress: a release store of an acquire load). Once every other owned record
-// shows the period (grace_period_passed), each hold a thread published before its note is
-// visible (the release), and each hit it began after it reads the moved sequence or epoch
-// (the acquire), which is all reader_barrier() gives. A thread that only hits through the memo
-// never notes: the reclaimer falls back to the barrier then.
+// where it enters vmt_get's full path or makes a slow put, never inside a hit's
+// publish-and-check (note_reader_progress: a release store of an acquire load). Once every
+// other owned record shows the period (grace_period_passed), each hold a thread published
+// before its note is visible (the release), and each hit it began after it reads the moved
+// sequence or epoch (the acquire), which is all reader_barrier() gives. A thread that calls
+// nothing (or only hits while nothing is retired) never notes: the reclaimer falls back to the
+// barrier then.
 extern std::atomic<uint64_t> g_grace_period __attribute__((visibility("hidden")));
 inline void note_reader_progress(ThreadRecord *t) noexcept
 {
