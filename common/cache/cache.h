@@ -432,7 +432,7 @@ private:
     void mark_set_live(size_t set) noexcept;
     void clear_live_sets() noexcept;
     // A bit per memo set, set when a get of one of its pages hit through the tree, never
-    // cleared: a miss fills the memo for what it inserts only there (memo_fill_inserted).
+    // cleared: a miss fills the memo for what it inserts only there (memo_fill_inserting).
     alignas(64) std::atomic<uint64_t> memo_hit_[kMemoSets / 64] = {};
     void mark_set_hit(Device *dev, uintptr_t addr) noexcept;
     // Moves by 2 (under lock_) when every slot must go (an entry with too many slots retired,
@@ -456,8 +456,12 @@ private:
     // write section, whose start moves it).
     void memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
                    Reg *r) noexcept;
-    void memo_fill_inserted(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
-                            Reg *r) noexcept;
+    void memo_fill_inserting(Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
+    // memo_fill's parts: the slot for dev's page of addr, claimed (stamp odd, `writing`, the
+    // set marked live), or nullptr; its fields.
+    MemoSlot *memo_claim(uint64_t epoch, Device *dev, uintptr_t addr, size_t *slot,
+                         uint64_t *writing) noexcept;
+    void memo_write(MemoSlot &m, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept;
     void note_memo_slot(Entry *e, size_t slot) noexcept;
     void invalidate_slot(MemoSlot &m, const Entry *e) noexcept;
     void give_up_slot(MemoSlot &m) noexcept;  // a filler's, after its publish failed

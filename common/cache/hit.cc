@@ -109,15 +109,15 @@ inline void Cache::count_memo_hit(std::atomic<uint64_t> &hits, const MemoSlot *m
     }
 }
 
-void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
-                      Reg *r) noexcept
+Cache::MemoSlot *Cache::memo_claim(uint64_t epoch, Device *dev, uintptr_t addr, size_t *slot,
+                                   uint64_t *writing) noexcept
 {
     uint64_t dev_tag = dev->memo_tag.load(std::memory_order_relaxed);
     uintptr_t page = addr >> 12;
     // Page 0 is never memoized, so that vmt_get(NULL, ...) cannot hit.
     if (dev_tag == kNoMemo || page == 0 || (epoch & 1) ||
         g_readers_fence.load(std::memory_order_relaxed))
-        return;
+        return nullptr;
     uint64_t tag = page | dev_tag;
     // Of the set's two slots, take the one already holding this tag, else one that is stale,
     // else the second (the first keeps the older, still valid page).
@@ -133,25 +133,21 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     MemoSlot &m = set[way];
     uint64_t old = m.stamp.load(std::memory_order_relaxed);
     if (old & 1)
-        return;  // another thread is filling it
-    uint64_t writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
-    if (!m.stamp.compare_exchange_strong(old, writing, std::memory_order_seq_cst))
-        return;
+        return nullptr;  // another thread is filling it
+    *writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
+    if (!m.stamp.compare_exchange_strong(old, *writing, std::memory_order_seq_cst))
+        return nullptr;
     mark_set_live(first / 2);
-    // The entry lists the slot before the sequence count is read again; a retirement, always
-    // in a write section, moves the count before it reads the list (forget_memo_of). So
-    // either this filler sees the count moved and gives the slot up, or the retirement finds
-    // the slot and invalidates it (the publish below then fails). The epoch read before the
-    // lookup must still be the current one, all 64 bits of it: a filler stopped for 2^31
-    // moves must not bring back a slot from before the wrap.
-    note_memo_slot(e, first + (size_t)way);
-    if (seq_.load(std::memory_order_seq_cst) != seq ||
-        epoch_.load(std::memory_order_seq_cst) != epoch) {
-        give_up_slot(m);
-        return;
-    }
+    *slot = first + (size_t)way;
+    return &m;
+}
+
+// The slot's fields, after its claim (odd stamp) and before its publish.
+void Cache::memo_write(MemoSlot &m, Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+{
     std::atomic_thread_fence(std::memory_order_release);
-    m.tag.store(tag, std::memory_order_relaxed);
+    m.tag.store((addr >> 12) | dev->memo_tag.load(std::memory_order_relaxed),
+                std::memory_order_relaxed);
     m.hold.store(make_slot(hold_key(r), 1), std::memory_order_relaxed);
     m.entry.store(e, std::memory_order_relaxed);
     m.end.store(e->end.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -159,10 +155,54 @@ void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr,
     m.watch_handle.store(e->watch_handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.watch_expect.store(e->watch_expect.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.handle.store(r->handle.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void Cache::memo_fill(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
+                      Reg *r) noexcept
+{
+    size_t slot;
+    uint64_t writing;
+    MemoSlot *m = memo_claim(epoch, dev, addr, &slot, &writing);
+    if (!m)
+        return;
+    // The entry lists the slot before the sequence count is read again; a retirement, always
+    // in a write section, moves the count before it reads the list (forget_memo_of). So
+    // either this filler sees the count moved and gives the slot up, or the retirement finds
+    // the slot and invalidates it (the publish below then fails). The epoch read before the
+    // lookup must still be the current one, all 64 bits of it: a filler stopped for 2^31
+    // moves must not bring back a slot from before the wrap.
+    note_memo_slot(e, slot);
+    if (seq_.load(std::memory_order_seq_cst) != seq ||
+        epoch_.load(std::memory_order_seq_cst) != epoch) {
+        give_up_slot(*m);
+        return;
+    }
+    memo_write(*m, dev, addr, e, r);
     // Fails if a retirement or clear_memo went over it meanwhile: they leave the slot odd
     // (this filler's still) and invalid, and this filler lets it go.
-    if (!m.stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release))
-        give_up_slot(m);
+    if (!m->stamp.compare_exchange_strong(writing, writing & ~1ull, std::memory_order_release))
+        give_up_slot(*m);
+}
+
+// memo_fill for the entry a miss inserts, under lock_ and inside the write section that
+// inserted it: until that section ends no other filler can know the entry (a walk needs an
+// even sequence count), and until the lock goes no retirement, epoch move or clear_memo can
+// run. So the entry lists its one slot by a plain store, nothing is checked again, and the
+// publish is a store: of the four locked instructions a filler makes, only the claim stays
+// (a filler of another entry may race for the slot).
+void Cache::memo_fill_inserting(Device *dev, uintptr_t addr, Entry *e, Reg *r) noexcept
+{
+    size_t set = memo_set_number(dev, addr);
+    if (!(memo_hit_[set / 64].load(std::memory_order_relaxed) & memo_live_bit(set)))
+        return;
+    size_t slot;
+    uint64_t writing;
+    MemoSlot *m = memo_claim(epoch_.load(std::memory_order_relaxed), dev, addr, &slot, &writing);
+    if (!m)
+        return;
+    e->memo_slots.store((uint64_t)slot + 1, std::memory_order_relaxed);
+    memo_write(*m, dev, addr, e, r);
+    m->stamp.store(writing & ~1ull, std::memory_order_release);
 }
 
 // The filler that made the slot's stamp odd is the only one that makes it even again, once it
@@ -273,13 +313,6 @@ void Cache::mark_set_hit(Device *dev, uintptr_t addr) noexcept
     set_bit_of(memo_hit_, memo_set_number(dev, addr));
 }
 
-void Cache::memo_fill_inserted(uint64_t epoch, uint64_t seq, Device *dev, uintptr_t addr, Entry *e,
-                               Reg *r) noexcept
-{
-    size_t set = memo_set_number(dev, addr);
-    if (memo_hit_[set / 64].load(std::memory_order_relaxed) & memo_live_bit(set))
-        memo_fill(epoch, seq, dev, addr, e, r);
-}
 
 void Cache::clear_live_sets() noexcept
 {

@@ -500,16 +500,14 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     if (over_limits(nullptr, 0))
         evict_for_insert(target);
     take_hold(t, r);
+    if (target == ne)
+        memo_fill_inserting(dev, a0, target, r);
     write_end();
-    uint64_t seq_inserted = seq_.load(std::memory_order_relaxed);
-    uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     TakenLimbo taken;
     if (limbo_urgent_.load(std::memory_order_relaxed))
         take_limbo_if_free(&taken);
     count_retiring_left();
     g.unlock();
-    if (target == ne)
-        memo_fill_inserted(epoch, seq_inserted, dev, a0, target, r);
     if (taken.taken)
         reclaim_taken(&taken);
     else if (device_evicted)
