@@ -389,8 +389,8 @@ Reg *Cache::take_waiting() noexcept
 
 Reg *Cache::join_regs(Reg *a, Reg *b) noexcept
 {
-    if (!a)
-        return b;
+    if (!a || !b)
+        return a ? a : b;
     Reg *tail = a;
     while (Reg *next = tail->next.load(std::memory_order_relaxed))
         tail = next;
