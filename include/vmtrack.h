@@ -156,6 +156,12 @@ struct vmt_device_ops {
  * it needs the cache's lock once instead of twice. A device that refuses past a hard limit
  * must not set it. Since 0.1. */
 #define VMT_DEVICE_SOFT_LIMITS 0x2u
+/* A miss of this device merges with cached ranges it overlaps, not with those it only touches
+ * (UCX's rcache merges so). Without it a range that ends where the request starts (or starts
+ * where it ends) joins the registration while it is no larger than the request, so that
+ * buffers handed out back to back end up in few entries, at the price of registering up to
+ * three times the request on such a miss. Since 0.1. */
+#define VMT_DEVICE_MERGE_OVERLAPS_ONLY 0x4u
 
 /* Attach a device to a cache. Attaching the same (ops->reg, ctx) pair again returns the same
  * device with its reference count raised, so two libraries that share a PD share registrations.

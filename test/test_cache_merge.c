@@ -1,7 +1,8 @@
 /* Registrations that grow: ranges that touch merge into one registration of the union (not
- * across a hole, not with VMT_CACHE_NO_MERGE, and a neighbour that only touches the request
- * only while it is no larger than the request), and a get that asks for more rights upgrades
- * the registration while the old one stays registered until its last put. */
+ * across a hole, not with VMT_CACHE_NO_MERGE, not for a device that merges only overlaps, and
+ * a neighbour that only touches the request only while it is no larger than the request), and
+ * a get that asks for more rights upgrades the registration while the old one stays
+ * registered until its last put. */
 #include "config.h"
 
 #include <check.h>
@@ -115,6 +116,60 @@ START_TEST(back_to_back_registers_each_byte_a_few_times)
 }
 END_TEST
 
+/* VMT_DEVICE_MERGE_OVERLAPS_ONLY (the UCX module's devices): a range that only touches a
+ * cached one gets an entry of its own, on the lock-free plan's path and on the locked one;
+ * one that overlaps still absorbs what it overlaps, and only that. */
+START_TEST(device_that_merges_only_overlaps)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    struct fake_device f;
+    fake_init(&f, 0);
+    f.ops.flags = VMT_DEVICE_MERGE_OVERLAPS_ONLY;
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(fx.cache, &f.ops, &f, &dev), 0);
+    char *base = map_anon(8 * page);
+
+    vmt_put(get_ok(dev, base, page, VMT_ACCESS_READ));
+    vmt_put(get_ok(dev, base + 2 * page, page, VMT_ACCESS_READ));
+    struct vmt_reg *mid = get_ok(dev, base + page, page, VMT_ACCESS_READ);  /* touches both */
+    ck_assert_ptr_eq(vmt_reg_addr(mid), base + page);
+    ck_assert_uint_eq(vmt_reg_len(mid), page);
+    vmt_put(mid);
+    struct vmt_stats s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.entries, 3);
+    ck_assert_uint_eq(s.merges, 0);
+    ck_assert_int_eq(atomic_load(&f.live), 3);
+
+    /* [2, 4) covers [2, 3) and touches [1, 2): it replaces [2, 3) alone. */
+    struct vmt_reg *over = get_ok(dev, base + 2 * page, 2 * page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(over), base + 2 * page);
+    ck_assert_uint_eq(vmt_reg_len(over), 2 * page);
+    vmt_put(over);
+    s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.entries, 3);
+    ck_assert_int_eq(atomic_load(&f.live), 3);
+    /* [3, 6) overlaps [2, 4): the union is [2, 6), [1, 2) untouched. */
+    struct vmt_reg *grown = get_ok(dev, base + 3 * page, 3 * page, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(grown), base + 2 * page);
+    ck_assert_uint_eq(vmt_reg_len(grown), 4 * page);
+    vmt_put(grown);
+    s = stats_of(fx.cache);
+    ck_assert_uint_eq(s.entries, 3);
+    ck_assert_uint_eq(s.merges, 1);
+    ck_assert_int_eq(atomic_load(&f.live), 3);
+    /* Each range is still a hit. */
+    for (int i = 0; i < 6; i++)
+        vmt_put(get_ok(dev, base + (size_t)i * page, page, VMT_ACCESS_READ));
+    ck_assert_uint_eq(stats_of(fx.cache).misses, s.misses);
+
+    vmt_device_detach(dev);
+    ck_assert_int_eq(atomic_load(&f.live), 0);
+    munmap(base, 8 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 START_TEST(access_upgrade)
 {
     struct fixture fx;
@@ -146,6 +201,6 @@ END_TEST
 int main(void)
 {
     const TTest *const cases[] = {merge_and_no_merge, back_to_back_registers_each_byte_a_few_times,
-                                  access_upgrade, NULL};
+                                  device_that_merges_only_overlaps, access_upgrade, NULL};
     return check_run_cases("cache merge", 60, cases);
 }

@@ -445,8 +445,9 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
     nr->dops.max_regions = params->max_regions == ULONG_MAX ? 0 : params->max_regions;
     nr->dops.max_bytes = params->max_size == SIZE_MAX ? 0 : params->max_size;
     /* UCX's rcache registers a new region first and then evicts its LRU ones down to
-     * max_regions/max_size: they size the cache, the MD can hold more. */
-    nr->dops.flags = VMT_DEVICE_SOFT_LIMITS;
+     * max_regions/max_size: they size the cache, the MD can hold more. It merges a new region
+     * only with the ones it overlaps. */
+    nr->dops.flags = VMT_DEVICE_SOFT_LIMITS | VMT_DEVICE_MERGE_OVERLAPS_ONLY;
     g_page = (uintptr_t)sysconf(_SC_PAGESIZE);
     atomic_store(&nr->gen, atomic_load(&n.gen) + 1);   /* not attached yet */
     if (!device(nr)) {

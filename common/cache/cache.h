@@ -311,6 +311,11 @@ private:
     {
         return device_has_limits(dev) && (dev->ops.flags & VMT_DEVICE_SOFT_LIMITS);
     }
+    // Whether dev's misses absorb cached ranges that only touch them (plan_union).
+    static bool merges_touching(const Device *dev) noexcept
+    {
+        return !(dev->ops.flags & VMT_DEVICE_MERGE_OVERLAPS_ONLY);
+    }
     // A miss's mapped check of [a0, a1), where the device and the watch do not make one.
     bool miss_range_mapped(uintptr_t a0, uintptr_t a1) noexcept
     {

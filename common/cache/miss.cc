@@ -230,13 +230,17 @@ bool Cache::plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned 
     uint64_t mark = inval_count_.load(std::memory_order_acquire);
     if (seq_.load(std::memory_order_acquire) != hint->seq)
         return false;
-    // No cached range overlaps or touches the request, so there is nothing to absorb, nothing
-    // to upgrade and nothing another thread registered meanwhile; what the walk saw holds if
-    // no writer ran since (checked after the reads, as a hit does).
+    // No cached range overlaps the request or touches it (where the device merges touching
+    // ranges), so there is nothing to absorb, nothing to upgrade and nothing another thread
+    // registered meanwhile; what the walk saw holds if no writer ran since (checked after the
+    // reads, as a hit does).
     Entry *below = hint->below, *above = hint->above;
-    if (below && below->end.load(std::memory_order_relaxed) >= a0)
+    bool touching = merges_touching(dev);
+    uintptr_t below_end = below ? below->end.load(std::memory_order_relaxed) : 0;
+    uintptr_t above_start = above ? above->start.load(std::memory_order_relaxed) : 0;
+    if (below && (below_end > a0 || (touching && below_end == a0)))
         return false;
-    if (above && above->start.load(std::memory_order_relaxed) <= a1)
+    if (above && (above_start < a1 || (touching && above_start == a1)))
         return false;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (seq_.load(std::memory_order_relaxed) != hint->seq)
@@ -358,16 +362,17 @@ void Cache::plan_union(Device *dev, Entry *below, Entry *above, Plan *plan) noex
             known = false;  // the tracker says its pages changed
     };
     bool touched = false;
+    const bool touching = merges_touching(dev);  // else only what overlaps is absorbed
     Entry *p = below;
     uintptr_t p0 = p ? p->start.load() : 0, p1 = p ? p->end.load() : 0;
-    if (p && (p1 > a0 || (p1 == a0 && p1 - p0 <= asked))) {
+    if (p && (p1 > a0 || (touching && p1 == a0 && p1 - p0 <= asked))) {
         u0 = p0, u1 = p1 > u1 ? p1 : u1;
         absorb(p);
         touched = true;
     }
     for (Entry *n = above; n; n = static_cast<Entry *>(index_.ceil_w(n->start.load() + 1))) {
         uintptr_t n0 = n->start.load(), n1 = n->end.load();
-        if (n0 > u1 || (n0 == u1 && n1 - n0 > asked))
+        if (n0 > u1 || (n0 == u1 && (!touching || n1 - n0 > asked)))
             break;
         if (n1 > u1)
             u1 = n1;
