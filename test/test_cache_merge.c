@@ -116,6 +116,16 @@ START_TEST(back_to_back_registers_each_byte_a_few_times)
 }
 END_TEST
 
+/* A get of [addr, addr + len) on dev whose registration is [want, want + want_len); put. */
+static void get_expecting(struct vmt_device *dev, char *addr, size_t len, char *want,
+                          size_t want_len)
+{
+    struct vmt_reg *r = get_ok(dev, addr, len, VMT_ACCESS_READ);
+    ck_assert_ptr_eq(vmt_reg_addr(r), want);
+    ck_assert_uint_eq(vmt_reg_len(r), want_len);
+    vmt_put(r);
+}
+
 /* VMT_DEVICE_MERGE_OVERLAPS_ONLY (the UCX module's devices): a range that only touches a
  * cached one gets an entry of its own, on the lock-free plan's path and on the locked one;
  * one that overlaps still absorbs what it overlaps, and only that. */
@@ -132,28 +142,18 @@ START_TEST(device_that_merges_only_overlaps)
 
     vmt_put(get_ok(dev, base, page, VMT_ACCESS_READ));
     vmt_put(get_ok(dev, base + 2 * page, page, VMT_ACCESS_READ));
-    struct vmt_reg *mid = get_ok(dev, base + page, page, VMT_ACCESS_READ);  /* touches both */
-    ck_assert_ptr_eq(vmt_reg_addr(mid), base + page);
-    ck_assert_uint_eq(vmt_reg_len(mid), page);
-    vmt_put(mid);
+    get_expecting(dev, base + page, page, base + page, page);  /* touches both */
     struct vmt_stats s = stats_of(fx.cache);
     ck_assert_uint_eq(s.entries, 3);
     ck_assert_uint_eq(s.merges, 0);
     ck_assert_int_eq(atomic_load(&f.live), 3);
 
     /* [2, 4) covers [2, 3) and touches [1, 2): it replaces [2, 3) alone. */
-    struct vmt_reg *over = get_ok(dev, base + 2 * page, 2 * page, VMT_ACCESS_READ);
-    ck_assert_ptr_eq(vmt_reg_addr(over), base + 2 * page);
-    ck_assert_uint_eq(vmt_reg_len(over), 2 * page);
-    vmt_put(over);
-    s = stats_of(fx.cache);
-    ck_assert_uint_eq(s.entries, 3);
+    get_expecting(dev, base + 2 * page, 2 * page, base + 2 * page, 2 * page);
+    ck_assert_uint_eq(stats_of(fx.cache).entries, 3);
     ck_assert_int_eq(atomic_load(&f.live), 3);
     /* [3, 6) overlaps [2, 4): the union is [2, 6), [1, 2) untouched. */
-    struct vmt_reg *grown = get_ok(dev, base + 3 * page, 3 * page, VMT_ACCESS_READ);
-    ck_assert_ptr_eq(vmt_reg_addr(grown), base + 2 * page);
-    ck_assert_uint_eq(vmt_reg_len(grown), 4 * page);
-    vmt_put(grown);
+    get_expecting(dev, base + 3 * page, 3 * page, base + 2 * page, 4 * page);
     s = stats_of(fx.cache);
     ck_assert_uint_eq(s.entries, 3);
     ck_assert_uint_eq(s.merges, 1);

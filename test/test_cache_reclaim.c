@@ -133,83 +133,86 @@ static struct vmt_stats miss_until_passes(struct mainline *m, uint64_t passes)
     return st;
 }
 
-static void mainline_open(struct mainline *m, struct fixture *fx, size_t limit)
+/* A test's cache (limited to `limit` entries), its main thread's misses and the helper. */
+struct scene {
+    struct fixture fx;
+    struct mainline m;
+    struct helper h;
+};
+
+static void scene_open(struct scene *sc, size_t limit)
 {
-    fixture_open_limited(fx, "none", limit, 0, 0, 0);
-    *m = (struct mainline){.fx = fx, .pages = map_anon(2 * (size_t)kMainPages * page)};
+    fixture_open_limited(&sc->fx, "none", limit, 0, 0, 0);
+    sc->m = (struct mainline){.fx = &sc->fx, .pages = map_anon(2 * (size_t)kMainPages * page)};
+    helper_start(&sc->h, &sc->fx);
 }
 
-static void mainline_close(struct mainline *m)
+/* Stops the helper; whatever still waits goes at the flush. */
+static void scene_close(struct scene *sc)
 {
-    ck_assert_int_eq(vmt_flush(m->fx->cache), 0);
-    ck_assert_int_eq(atomic_load(&m->fx->fake.live), 0);
-    munmap(m->pages, 2 * (size_t)kMainPages * page);
-    fixture_close(m->fx);
+    helper_stop(&sc->h);
+    ck_assert_int_eq(vmt_flush(sc->fx.cache), 0);
+    ck_assert_int_eq(atomic_load(&sc->fx.fake.live), 0);
+    munmap(sc->m.pages, 2 * (size_t)kMainPages * page);
+    fixture_close(&sc->fx);
 }
 
 START_TEST(batch_waits_for_the_other_threads_get)
 {
-    struct fixture fx;
-    struct mainline m;
-    struct helper h;
-    mainline_open(&m, &fx, kCacheLimit);
-    helper_start(&h, &fx);
+    struct scene sc;
+    scene_open(&sc, kCacheLimit);
+    struct fixture *fx = &sc.fx;
 
     /* The first batch waits: the helper has not called since it was retired. */
-    struct vmt_stats st = miss_until_passes(&m, 1);
+    struct vmt_stats st = miss_until_passes(&sc.m, 1);
     ck_assert_uint_eq(st.reclaim_barriers, 0);
     ck_assert_uint_gt(st.evictions, 0);
-    ck_assert_int_eq(atomic_load(&fx.fake.deregs), 0);
+    ck_assert_int_eq(atomic_load(&fx->fake.deregs), 0);
     ck_assert_uint_eq(st.retired_waiting, st.evictions);
 
     /* The helper still calls nothing: the next batch makes the barrier, for both. */
-    st = miss_until_passes(&m, 2);
+    st = miss_until_passes(&sc.m, 2);
     ck_assert_uint_eq(st.reclaim_barriers, 1);
-    long after_barrier = atomic_load(&fx.fake.deregs);
+    long after_barrier = atomic_load(&fx->fake.deregs);
     ck_assert_int_gt(after_barrier, 0);
 
     /* A batch waits again; the helper misses once; the next pass frees that batch with no
      * barrier. */
-    miss_until_passes(&m, 3);
-    ck_assert_int_eq(atomic_load(&fx.fake.deregs), after_barrier);
-    helper_do(&h, STEP_MISS);
-    st = miss_until_passes(&m, 4);
+    miss_until_passes(&sc.m, 3);
+    ck_assert_int_eq(atomic_load(&fx->fake.deregs), after_barrier);
+    helper_do(&sc.h, STEP_MISS);
+    st = miss_until_passes(&sc.m, 4);
     ck_assert_uint_eq(st.reclaim_barriers, 1);
-    ck_assert_int_gt(atomic_load(&fx.fake.deregs), after_barrier);
+    ck_assert_int_gt(atomic_load(&fx->fake.deregs), after_barrier);
 
-    /* What still waits goes at a flush (the helper idle: with a barrier). */
-    helper_stop(&h);
-    mainline_close(&m);
+    scene_close(&sc);  /* what still waits goes at its flush */
 }
 END_TEST
 
 START_TEST(hold_from_before_the_period_is_kept)
 {
-    struct fixture fx;
-    struct mainline m;
-    struct helper h;
-    mainline_open(&m, &fx, kCacheLimit);
-    helper_start(&h, &fx);
-    helper_do(&h, STEP_HOLD);
-    atomic_store(&fx.fake.watched, vmt_reg_handle(h.held));
+    struct scene sc;
+    scene_open(&sc, kCacheLimit);
+    struct fixture *fx = &sc.fx;
+    helper_do(&sc.h, STEP_HOLD);
+    atomic_store(&fx->fake.watched, vmt_reg_handle(sc.h.held));
 
     /* The main thread's misses evict the held page's entry; the helper keeps calling, so
      * batches pass without a barrier, and each pass finds the hold. */
     for (uint64_t pass = 1; pass <= 6; pass++) {
-        miss_until_passes(&m, pass);
-        helper_do(&h, STEP_MISS);
-        ck_assert_int_eq(atomic_load(&fx.fake.watched_deregs), 0);
+        miss_until_passes(&sc.m, pass);
+        helper_do(&sc.h, STEP_MISS);
+        ck_assert_int_eq(atomic_load(&fx->fake.watched_deregs), 0);
     }
-    struct vmt_stats st = stats_of(fx.cache);
+    struct vmt_stats st = stats_of(fx->cache);
     ck_assert_uint_ge(st.deferred, 1);  /* it was retired, and kept for its holder */
     ck_assert_uint_lt(st.reclaim_barriers, 6);
 
     /* Released, it is deregistered by the next reclaim that must finish. */
-    helper_do(&h, STEP_PUT);
-    ck_assert_int_eq(vmt_flush(fx.cache), 0);
-    ck_assert_int_eq(atomic_load(&fx.fake.watched_deregs), 1);
-    helper_stop(&h);
-    mainline_close(&m);
+    helper_do(&sc.h, STEP_PUT);
+    ck_assert_int_eq(vmt_flush(fx->cache), 0);
+    ck_assert_int_eq(atomic_load(&fx->fake.watched_deregs), 1);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -217,26 +220,23 @@ END_TEST
  * anywhere sends the slow way): the batches of a thread that misses pass without a barrier. */
 START_TEST(memo_hits_let_batches_pass)
 {
-    struct fixture fx;
-    struct mainline m;
-    struct helper h;
+    struct scene sc;
     /* Room enough that the helper's page, hit once a batch, keeps its second chance. */
-    mainline_open(&m, &fx, 128);
-    helper_start(&h, &fx);
-    helper_do(&h, STEP_HOLD);
-    helper_do(&h, STEP_PUT);
+    scene_open(&sc, 128);
+    struct fixture *fx = &sc.fx;
+    helper_do(&sc.h, STEP_HOLD);
+    helper_do(&sc.h, STEP_PUT);
     for (uint64_t pass = 1; pass <= 6; pass++) {
-        miss_until_passes(&m, pass);
-        struct vmt_stats before = stats_of(fx.cache);
-        helper_do(&h, STEP_HIT);
-        struct vmt_stats after = stats_of(fx.cache);
+        miss_until_passes(&sc.m, pass);
+        struct vmt_stats before = stats_of(fx->cache);
+        helper_do(&sc.h, STEP_HIT);
+        struct vmt_stats after = stats_of(fx->cache);
         ck_assert_uint_eq(after.memo_hits, before.memo_hits + kHitsPerStep);
         ck_assert_uint_eq(after.misses, before.misses);
     }
     /* The first pass parks its batch; each later one finds the period passed. */
-    ck_assert_uint_eq(stats_of(fx.cache).reclaim_barriers, 0);
-    helper_stop(&h);
-    mainline_close(&m);
+    ck_assert_uint_eq(stats_of(fx->cache).reclaim_barriers, 0);
+    scene_close(&sc);
 }
 END_TEST
 
