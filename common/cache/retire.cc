@@ -14,9 +14,10 @@
 // retirement is now visible to it, and every later reader sees the moved sequence or epoch
 // and takes its hold back. A batch's pass in a threaded process proves the same by a grace
 // period where it can (after_grace, holds.h): the batch waits until every other thread has
-// noted it, and the barrier is left for threads that do not. What is still held after that stays in limbo_ (counted as
-// deferred) until a later reclaim; the rest is deregistered outside the index lock, and an
-// entry goes back to its pool (and is unwatched) with its last registration.
+// noted it, and the barrier is left for threads that do not. What is still held after that
+// stays in limbo_ (counted as deferred) until a later reclaim; the rest is deregistered
+// outside the index lock, and an entry goes back to its pool (and is unwatched) with its last
+// registration.
 // While a device's reg runs in this thread (a stacked cache's miss), nothing is reclaimed:
 // the cache is noted and reclaimed when the outermost reg returns (defer_reclaim).
 #include "config.h"

@@ -11,8 +11,9 @@
 // (membarrier: a full fence on every thread of the process), then sums the holds. Either the
 // retirer sees the hold, or the reader sees the change and backs out. Readers pay a compiler
 // barrier only. A grace period (below) gives the retirer the same where every other thread
-// keeps calling vmt_get's full path, without the barrier. Where membarrier is missing from the start, readers on the tree path pay a
-// real fence and the memo (whose path has no fence) is never filled.
+// keeps calling into vmtrack, without the barrier. Where membarrier is missing from the start,
+// readers on the tree path pay a real fence and the memo (whose path has no fence) is never
+// filled.
 #ifndef VMTRACK_COMMON_HOLDS_H
 #define VMTRACK_COMMON_HOLDS_H
 
@@ -45,8 +46,8 @@ struct alignas(64) ThreadRecord {
     std::atomic<uint64_t> tree_hits[kFastStatCaches];  // answered by a walk of the index
     ThreadRecord *next = nullptr;        // in the list of all records; never unlinked
     std::atomic<bool> owned{false};      // a live thread uses it
-    // The grace period this thread had seen when it last entered vmt_get's full path
-    // (note_reader_progress): see grace_period_passed.
+    // The grace period this thread had seen when it last entered vmt_get's full path or made
+    // a slow put (note_reader_progress): see grace_period_passed.
     std::atomic<uint64_t> grace_seen{0};
 };
 
