@@ -1,8 +1,9 @@
 /* Reclaim in a process with more than one thread: a batch of retired registrations waits for
  * its grace period (every other thread has entered vmt_get's full path since) instead of
- * interrupting every thread with a membarrier; a thread that calls nothing makes the next
- * batch fall back to the barrier; a hold taken before the period is never deregistered under
- * its holder; and whatever waits goes at a flush. */
+ * interrupting every thread with a membarrier; where another thread calls nothing, the batch
+ * after two waiting ones falls back to the barrier; a hold taken before the period is never
+ * deregistered under its holder; what a soft device limit evicts waits too; and whatever
+ * waits goes at a flush. */
 #include "config.h"
 
 #include <check.h>
@@ -163,25 +164,25 @@ START_TEST(batch_waits_for_the_other_threads_get)
     scene_open(&sc, kCacheLimit);
     struct fixture *fx = &sc.fx;
 
-    /* The first batch waits: the helper has not called since it was retired. */
-    struct vmt_stats st = miss_until_passes(&sc.m, 1);
+    /* The first two batches wait, one in each slot: the helper has not called since. */
+    struct vmt_stats st = miss_until_passes(&sc.m, 2);
     ck_assert_uint_eq(st.reclaim_barriers, 0);
     ck_assert_uint_gt(st.evictions, 0);
     ck_assert_int_eq(atomic_load(&fx->fake.deregs), 0);
     ck_assert_uint_eq(st.retired_waiting, st.evictions);
 
-    /* The helper still calls nothing: the next batch makes the barrier, for both. */
-    st = miss_until_passes(&sc.m, 2);
+    /* The helper still calls nothing: the third batch makes the barrier, for all three. */
+    st = miss_until_passes(&sc.m, 3);
     ck_assert_uint_eq(st.reclaim_barriers, 1);
     long after_barrier = atomic_load(&fx->fake.deregs);
     ck_assert_int_gt(after_barrier, 0);
 
     /* A batch waits again; the helper misses once; the next pass frees that batch with no
      * barrier. */
-    miss_until_passes(&sc.m, 3);
+    miss_until_passes(&sc.m, 4);
     ck_assert_int_eq(atomic_load(&fx->fake.deregs), after_barrier);
     helper_do(&sc.h, STEP_MISS);
-    st = miss_until_passes(&sc.m, 4);
+    st = miss_until_passes(&sc.m, 5);
     ck_assert_uint_eq(st.reclaim_barriers, 1);
     ck_assert_int_gt(atomic_load(&fx->fake.deregs), after_barrier);
 
@@ -240,11 +241,52 @@ START_TEST(memo_hits_let_batches_pass)
 }
 END_TEST
 
+/* A device with a soft limit (the UCX module's): in a threaded process what a miss evicts for
+ * it waits for a grace period too, a pass at every such miss; it counts as gone for the limit
+ * meanwhile (the device keeps exactly its limit cached, no more evicted), and the device holds
+ * one registration more while the other thread keeps calling, two when it does not. */
+START_TEST(soft_limit_evictions_wait_for_a_period)
+{
+    enum { kLimit = 4, kMisses = 40 };
+    struct scene sc;
+    scene_open(&sc, 0);
+    struct fake_device f;
+    fake_init(&f, kLimit);
+    f.ops.flags = VMT_DEVICE_SOFT_LIMITS;
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(sc.fx.cache, &f.ops, &f, &dev), 0);
+    char *pages = map_anon(2 * (size_t)kMisses * page);
+
+    for (int i = 0; i < kMisses; i++) {
+        vmt_put(get_ok(dev, pages + 2 * (size_t)i * page, page, VMT_ACCESS_READ));
+        helper_do(&sc.h, STEP_MISS);  /* the other thread calls between two misses */
+        ck_assert_int_le(atomic_load(&f.live), kLimit + 1);
+    }
+    ck_assert_uint_eq(stats_of(sc.fx.cache).reclaim_barriers, 0);
+    /* Without the other thread's calls both waiting slots fill and the barrier serves. */
+    for (int i = 0; i < kMisses; i++) {
+        vmt_put(get_ok(dev, pages + 2 * (size_t)i * page, page, VMT_ACCESS_READ));
+        ck_assert_int_le(atomic_load(&f.live), kLimit + 2);
+    }
+    ck_assert_uint_gt(stats_of(sc.fx.cache).reclaim_barriers, 0);
+    /* The last kLimit pages are still cached: nothing was evicted twice over. */
+    uint64_t misses = stats_of(sc.fx.cache).misses;
+    for (int i = kMisses - kLimit; i < kMisses; i++)
+        vmt_put(get_ok(dev, pages + 2 * (size_t)i * page, page, VMT_ACCESS_READ));
+    ck_assert_uint_eq(stats_of(sc.fx.cache).misses, misses);
+
+    vmt_device_detach(dev);
+    ck_assert_int_eq(atomic_load(&f.live), 0);
+    munmap(pages, 2 * (size_t)kMisses * page);
+    scene_close(&sc);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {
         batch_waits_for_the_other_threads_get, hold_from_before_the_period_is_kept,
-        memo_hits_let_batches_pass, NULL
+        memo_hits_let_batches_pass, soft_limit_evictions_wait_for_a_period, NULL
     };
     return check_run_cases("cache reclaim", 60, cases);
 }

@@ -67,6 +67,11 @@ struct Device {
     void *ctx = nullptr;
     alignas(64) size_t regions = 0;  // registrations alive (incl. retired, not yet deregistered)
     size_t bytes = 0;
+    // Of those, retired ones of a device with soft limits (VMT_DEVICE_SOFT_LIMITS): gone from
+    // the cache, so they make room under its limits already while they wait to be
+    // deregistered (a grace period, in a threaded process).
+    size_t regions_leaving = 0;
+    size_t bytes_leaving = 0;
     int attach_count = 0;        // under the cache's lock_
     std::string name;
     Device *next = nullptr;
@@ -352,6 +357,9 @@ private:
     void reclaim_if_due() noexcept;
     void defer_reclaim() noexcept;
     void reclaim_unless_busy() noexcept;
+    // A batch's pass now (not waiting for 64), which may leave what it takes for a grace
+    // period: what a miss evicted for a device's soft limit.
+    void reclaim_soon() noexcept;
     void run_reclaim_passes(bool may_wait) noexcept;
     size_t deregister_held(Device *dev) noexcept;          // detach's reclaim of held ones
     Entry *free_reclaimed(Reg *done, Reg *keep) noexcept;  // reclaim's part under the lock
@@ -525,12 +533,21 @@ private:
     bool retiring_uncounted_ = false;  // limbo_total_ > 0, g_retiring_caches not raised for it
     void count_retiring_left() noexcept;
     SpinLock reclaim_lock_;        // one reclaimer at a time; never taken under lock_
-    // A batch taken from limbo_ that waits until every other thread has noted its grace
-    // period (after_grace): changed under reclaim_lock_, read without it as a hint. Its
-    // registrations count in limbo_total_ still, and its new bytes in waiting_bytes_.
-    std::atomic<Reg *> waiting_{nullptr};
-    uint64_t waiting_period_ = 0;
-    std::atomic<size_t> waiting_bytes_{0};
+    // Batches taken from limbo_ that wait until every other thread has noted their grace
+    // period (after_grace): changed under reclaim_lock_, read without it as hints. Their
+    // registrations count in limbo_total_ still, and their new bytes in `bytes`. Two, so that
+    // two threads that each start a period at their own pass free each other's batch at the
+    // next one instead of falling back to the barrier.
+    struct WaitingBatch {
+        std::atomic<Reg *> list{nullptr};
+        uint64_t period = 0;
+        std::atomic<size_t> bytes{0};
+    };
+    static constexpr int kWaitingBatches = 2;
+    WaitingBatch waiting_[kWaitingBatches];
+    bool waiting_nonempty() const noexcept;
+    size_t waiting_bytes() const noexcept;
+    static Reg *take_batch(WaitingBatch &w) noexcept;
 
     struct Range { uintptr_t start, end; int depth; };
     Range unmaps_[kMaxUnmapsInFlight] {};

@@ -55,7 +55,7 @@ void Cache::evict_for_insert(Entry *keep) noexcept
     evict_locked(nullptr, keep, 0);
     retire_may_wait_ = false;
     size_t pinned = limbo_new_bytes_.load(std::memory_order_relaxed) +
-                    waiting_bytes_.load(std::memory_order_relaxed);
+                    waiting_bytes();
     if (bytes_cached_ + pinned > max_bytes_ && limbo_new_.load(std::memory_order_relaxed) != 0)
         add_under_lock(limbo_urgent_, size_t{1});
 }
@@ -63,6 +63,11 @@ void Cache::evict_for_insert(Entry *keep) noexcept
 bool Cache::device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
 {
     // What is leaving is counted in regions and bytes still (retired, not deregistered yet).
+    // A soft-limited device keeps its own count of it (retire() on), which includes `leaving`;
+    // a device that refuses past its limits holds them still, and only the caller's own
+    // evictions, reclaimed right after, count.
+    if (device_soft_limited(dev))
+        leaving = DeviceLeaving{dev->regions_leaving, dev->bytes_leaving};
     size_t regions = dev->regions - std::min(leaving.regions, dev->regions);
     size_t bytes = dev->bytes - std::min(leaving.bytes, dev->bytes);
     if (dev->ops.max_regions && regions + 1 > dev->ops.max_regions)

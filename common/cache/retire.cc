@@ -66,6 +66,12 @@ void Cache::retire(Reg *r) noexcept
     Entry *e = r->entry.load(std::memory_order_relaxed);
     forget_memo_of(e);  // no memo slot hands r out from here on (see MemoSlot)
     reg_set_state(r, kRegRetired);
+    Device *d = r->dev.load(std::memory_order_relaxed);
+    if (device_soft_limited(d)) {  // undone in free_deregistered_locked
+        d->regions_leaving++;
+        d->bytes_leaving += e->end.load(std::memory_order_relaxed) -
+                            e->start.load(std::memory_order_relaxed);
+    }
     if (limbo_total_.load(std::memory_order_relaxed) == 0) {
         if (defer_retiring_count_)
             retiring_uncounted_ = true;  // count_retiring_left decides
@@ -208,6 +214,14 @@ void Cache::reclaim_if_due() noexcept
     }
 }
 
+void Cache::reclaim_soon() noexcept
+{
+    if (t_device_reg_depth)
+        defer_reclaim();
+    else
+        reclaim_unless_busy();
+}
+
 // A batch that is due need not wait for another thread's pass: that pass, or the next batch,
 // takes what this thread retired. Waiting would cost a futex sleep and then a second barrier
 // for the few registrations retired in between (two threads missing together found their
@@ -229,8 +243,7 @@ void Cache::reclaim() noexcept
         t_reclaim_again = true;  // the pass running in this thread repeats when it is done
         return;
     }
-    if (!limbo_nonempty_.load(std::memory_order_acquire) &&
-        !waiting_.load(std::memory_order_acquire))
+    if (!limbo_nonempty_.load(std::memory_order_acquire) && !waiting_nonempty())
         return;
     if (t_device_reg_depth) {
         defer_reclaim();
@@ -304,8 +317,12 @@ size_t Cache::deregister_held(Device *dev) noexcept
             Reg *victim = nullptr;
             {
                 std::lock_guard<SpinLock> g(lock_);
-                // The waiting batch is this pass's (reclaim_lock_ is held), limbo_ the lock's.
-                for (Reg *list : {limbo_, waiting_.load(std::memory_order_relaxed)})
+                // The waiting batches are this pass's (reclaim_lock_ is held), limbo_ the
+                // lock's.
+                Reg *lists[1 + kWaitingBatches] = {limbo_};
+                for (int i = 0; i < kWaitingBatches; i++)
+                    lists[1 + i] = waiting_[i].list.load(std::memory_order_relaxed);
+                for (Reg *list : lists)
                     for (Reg *r = list; r && !victim; r = r->next.load(std::memory_order_relaxed))
                         if (r->dev.load(std::memory_order_relaxed) == dev &&
                             reg_state(r) == kRegRetired)
@@ -340,35 +357,41 @@ void Cache::reclaim_pass(bool may_wait) noexcept
         std::lock_guard<SpinLock> g(lock_);
         bytes = limbo_new_bytes_.load(std::memory_order_relaxed);
         list = detach_limbo_locked();
-        if (list || waiting_.load(std::memory_order_relaxed))
+        if (list || waiting_nonempty())
             add_under_lock(counts_.reclaim_passes, uint64_t{1});
     }
-    if (list || waiting_.load(std::memory_order_relaxed))
+    if (list || waiting_nonempty())
         reclaim_list(after_grace(list, bytes, may_wait));
 }
 
-// What of `list` (just taken from limbo_, `bytes` of it new) and of waiting_ no reader can
-// still take a hold of unseen: everything, where the reader barrier is free or is made; else
-// the waiting batch once every other thread has noted its grace period. A batch pass
-// (may_wait) with nothing waiting leaves its list to wait for a period instead of
-// interrupting every thread of the process; the next pass finds it passed where the other
-// threads keep calling vmt_get (two threads missing together made a membarrier every 64
-// evictions, 5-25 us each on these VMs, the half of their time). At most one batch waits,
-// and everything does at a reclaim that must finish (flush, detach, a device at its limit).
+// What of `list` (just taken from limbo_, `bytes` of it new) and of the waiting batches no
+// reader can still take a hold of unseen: everything, where the reader barrier is free or is
+// made; else each waiting batch whose grace period every other thread has noted. A batch
+// pass (may_wait) leaves its list to wait for a period in a free slot instead of interrupting
+// every thread of the process; a later pass finds it passed where the other threads keep
+// calling into vmtrack (two threads missing together made a membarrier every 64 evictions,
+// 5-25 us each on these VMs, the half of their time). With both slots waiting, or at a
+// reclaim that must finish (flush, detach, a device that refuses past its limit), the
+// barrier serves everything.
 Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
 {
     Reg *ready = nullptr;
     if (!reader_barrier_if_free()) {
-        Reg *waiting = waiting_.load(std::memory_order_relaxed);
-        if (waiting && grace_period_passed(waiting_period_))
-            ready = take_waiting();
-        if (list && may_wait && !waiting_.load(std::memory_order_relaxed)) {
-            waiting_period_ = begin_grace_period();
-            waiting_bytes_.store(bytes, std::memory_order_relaxed);
-            waiting_.store(list, std::memory_order_relaxed);
+        uint64_t seen = waiting_nonempty() ? grace_seen_by_all() : 0;
+        WaitingBatch *free_slot = nullptr;
+        for (WaitingBatch &w : waiting_) {
+            if (w.list.load(std::memory_order_relaxed) && w.period <= seen)
+                ready = join_regs(take_batch(w), ready);
+            if (!w.list.load(std::memory_order_relaxed) && !free_slot)
+                free_slot = &w;
+        }
+        if (list && may_wait && free_slot) {
+            free_slot->period = begin_grace_period();
+            free_slot->bytes.store(bytes, std::memory_order_relaxed);
+            free_slot->list.store(list, std::memory_order_relaxed);
             list = nullptr;
         }
-        if (!list && (may_wait || !waiting_.load(std::memory_order_relaxed)))
+        if (!list && (may_wait || !waiting_nonempty()))
             return ready;
         if (reader_barrier())
             counts_.reclaim_barriers.fetch_add(1, std::memory_order_relaxed);
@@ -378,14 +401,38 @@ Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
 
 // Changed only under reclaim_lock_: no read-modify-write (the at-once reclaim of every miss
 // at a device's limit comes here, and finds nothing).
+Reg *Cache::take_batch(WaitingBatch &w) noexcept
+{
+    Reg *list = w.list.load(std::memory_order_relaxed);
+    if (list) {
+        w.list.store(nullptr, std::memory_order_relaxed);
+        w.bytes.store(0, std::memory_order_relaxed);
+    }
+    return list;
+}
+
 Reg *Cache::take_waiting() noexcept
 {
-    Reg *waiting = waiting_.load(std::memory_order_relaxed);
-    if (waiting) {
-        waiting_.store(nullptr, std::memory_order_relaxed);
-        waiting_bytes_.store(0, std::memory_order_relaxed);
-    }
-    return waiting;
+    Reg *all = nullptr;
+    for (WaitingBatch &w : waiting_)
+        all = join_regs(take_batch(w), all);
+    return all;
+}
+
+bool Cache::waiting_nonempty() const noexcept
+{
+    for (const WaitingBatch &w : waiting_)
+        if (w.list.load(std::memory_order_relaxed))
+            return true;
+    return false;
+}
+
+size_t Cache::waiting_bytes() const noexcept
+{
+    size_t bytes = 0;
+    for (const WaitingBatch &w : waiting_)
+        bytes += w.bytes.load(std::memory_order_relaxed);
+    return bytes;
 }
 
 Reg *Cache::join_regs(Reg *a, Reg *b) noexcept
@@ -463,6 +510,10 @@ Entry *Cache::free_deregistered_locked(Reg *r, Entry *free_later) noexcept
     size_t len = e->end.load() - e->start.load();
     d->regions--;
     d->bytes -= len;
+    if (device_soft_limited(d)) {  // retired (limbo_ holds nothing else): counted by retire()
+        d->regions_leaving--;
+        d->bytes_leaving -= len;
+    }
     if (reg_state(r) != kRegDead)  // deregistered by a pass (not by detach)
         count_deregistration(len);
     reg_set_state(r, kRegDead);

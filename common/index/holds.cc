@@ -231,16 +231,19 @@ uint64_t begin_grace_period() noexcept
     return g_grace_period.fetch_add(1, std::memory_order_seq_cst) + 1;
 }
 
-bool grace_period_passed(uint64_t period) noexcept
+uint64_t grace_seen_by_all() noexcept
 {
     // As other_readers: a thread that takes a record after this look fences first and notes
     // the period then.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    for (ThreadRecord *r = g_records.load(std::memory_order_seq_cst); r; r = r->next)
-        if (r != t_record && r->owned.load(std::memory_order_seq_cst) &&
-            r->grace_seen.load(std::memory_order_acquire) < period)
-            return false;
-    return true;
+    uint64_t oldest = UINT64_MAX;
+    for (ThreadRecord *r = g_records.load(std::memory_order_seq_cst); r; r = r->next) {
+        if (r == t_record || !r->owned.load(std::memory_order_seq_cst))
+            continue;
+        uint64_t seen = r->grace_seen.load(std::memory_order_acquire);
+        oldest = seen < oldest ? seen : oldest;
+    }
+    return oldest;
 }
 
 void holds_lock_for_fork() noexcept { g_records_lock.lock(); }

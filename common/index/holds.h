@@ -159,8 +159,9 @@ inline void note_reader_progress(ThreadRecord *t) noexcept
 }
 // The new period's number.
 uint64_t begin_grace_period() noexcept;
-// Whether every thread but the caller that owns a record has noted `period` (or a later one).
-bool grace_period_passed(uint64_t period) noexcept;
+// The oldest period any thread but the caller that owns a record has noted (UINT64_MAX if
+// none): every period up to it has passed.
+uint64_t grace_seen_by_all() noexcept;
 
 // After fork in the child: only the calling thread exists; every other record is freed.
 void holds_after_fork_child() noexcept;
