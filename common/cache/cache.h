@@ -539,15 +539,22 @@ private:
     // two threads that each start a period at their own pass free each other's batch at the
     // next one instead of falling back to the barrier.
     struct WaitingBatch {
-        std::atomic<Reg *> list{nullptr};
+        Reg *list = nullptr;
         uint64_t period = 0;
-        std::atomic<size_t> bytes{0};
+        size_t bytes = 0;
     };
     static constexpr int kWaitingBatches = 2;
     WaitingBatch waiting_[kWaitingBatches];
-    bool waiting_nonempty() const noexcept;
-    size_t waiting_bytes() const noexcept;
-    static Reg *take_batch(WaitingBatch &w) noexcept;
+    // What the slots hold, for readers without reclaim_lock_ (every miss over max_entries
+    // reads the bytes): how many batches wait, and their new bytes together.
+    std::atomic<int> waiting_batches_{0};
+    std::atomic<size_t> waiting_bytes_{0};
+    bool waiting_nonempty() const noexcept
+    {
+        return waiting_batches_.load(std::memory_order_relaxed) != 0;
+    }
+    Reg *take_batch(WaitingBatch &w) noexcept;
+    void park_batch(WaitingBatch &w, Reg *list, size_t bytes) noexcept;
 
     struct Range { uintptr_t start, end; int depth; };
     Range unmaps_[kMaxUnmapsInFlight] {};

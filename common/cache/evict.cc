@@ -55,7 +55,7 @@ void Cache::evict_for_insert(Entry *keep) noexcept
     evict_locked(nullptr, keep, 0);
     retire_may_wait_ = false;
     size_t pinned = limbo_new_bytes_.load(std::memory_order_relaxed) +
-                    waiting_bytes();
+                    waiting_bytes_.load(std::memory_order_relaxed);
     if (bytes_cached_ + pinned > max_bytes_ && limbo_new_.load(std::memory_order_relaxed) != 0)
         add_under_lock(limbo_urgent_, size_t{1});
 }

@@ -86,7 +86,7 @@ void Cache::child_after_fork() noexcept
         c->limbo_total_.store(0);
         c->limbo_urgent_.store(0);
         for (WaitingBatch &w : c->waiting_)
-            take_batch(w);
+            c->take_batch(w);
         c->unmaps_count_ = 0;
         c->inval_count_.store(0);
         c->mapped_blocks_.forget_all();  // MADV_DONTFORK ranges are not in the child

@@ -321,7 +321,7 @@ size_t Cache::deregister_held(Device *dev) noexcept
                 // lock's.
                 Reg *lists[1 + kWaitingBatches] = {limbo_};
                 for (int i = 0; i < kWaitingBatches; i++)
-                    lists[1 + i] = waiting_[i].list.load(std::memory_order_relaxed);
+                    lists[1 + i] = waiting_[i].list;
                 for (Reg *list : lists)
                     for (Reg *r = list; r && !victim; r = r->next.load(std::memory_order_relaxed))
                         if (r->dev.load(std::memory_order_relaxed) == dev &&
@@ -380,15 +380,13 @@ Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
         uint64_t seen = waiting_nonempty() ? grace_seen_by_all() : 0;
         WaitingBatch *free_slot = nullptr;
         for (WaitingBatch &w : waiting_) {
-            if (w.list.load(std::memory_order_relaxed) && w.period <= seen)
+            if (w.list && w.period <= seen)
                 ready = join_regs(take_batch(w), ready);
-            if (!w.list.load(std::memory_order_relaxed) && !free_slot)
+            if (!w.list && !free_slot)
                 free_slot = &w;
         }
         if (list && may_wait && free_slot) {
-            free_slot->period = begin_grace_period();
-            free_slot->bytes.store(bytes, std::memory_order_relaxed);
-            free_slot->list.store(list, std::memory_order_relaxed);
+            park_batch(*free_slot, list, bytes);
             list = nullptr;
         }
         if (!list && (may_wait || !waiting_nonempty()))
@@ -399,40 +397,41 @@ Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
     return join_regs(join_regs(list, take_waiting()), ready);
 }
 
-// Changed only under reclaim_lock_: no read-modify-write (the at-once reclaim of every miss
-// at a device's limit comes here, and finds nothing).
+// The slots change only under reclaim_lock_: their counters are stores, not read-modify-
+// writes (the at-once reclaim of every miss at a device's limit takes them, and finds none).
+void Cache::park_batch(WaitingBatch &w, Reg *list, size_t bytes) noexcept
+{
+    w.period = begin_grace_period();
+    w.list = list;
+    w.bytes = bytes;
+    waiting_batches_.store(waiting_batches_.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
+    waiting_bytes_.store(waiting_bytes_.load(std::memory_order_relaxed) + bytes,
+                         std::memory_order_relaxed);
+}
+
 Reg *Cache::take_batch(WaitingBatch &w) noexcept
 {
-    Reg *list = w.list.load(std::memory_order_relaxed);
+    Reg *list = w.list;
     if (list) {
-        w.list.store(nullptr, std::memory_order_relaxed);
-        w.bytes.store(0, std::memory_order_relaxed);
+        w.list = nullptr;
+        waiting_batches_.store(waiting_batches_.load(std::memory_order_relaxed) - 1,
+                               std::memory_order_relaxed);
+        waiting_bytes_.store(waiting_bytes_.load(std::memory_order_relaxed) - w.bytes,
+                             std::memory_order_relaxed);
+        w.bytes = 0;
     }
     return list;
 }
 
 Reg *Cache::take_waiting() noexcept
 {
+    if (!waiting_nonempty())
+        return nullptr;
     Reg *all = nullptr;
     for (WaitingBatch &w : waiting_)
         all = join_regs(take_batch(w), all);
     return all;
-}
-
-bool Cache::waiting_nonempty() const noexcept
-{
-    for (const WaitingBatch &w : waiting_)
-        if (w.list.load(std::memory_order_relaxed))
-            return true;
-    return false;
-}
-
-size_t Cache::waiting_bytes() const noexcept
-{
-    size_t bytes = 0;
-    for (const WaitingBatch &w : waiting_)
-        bytes += w.bytes.load(std::memory_order_relaxed);
-    return bytes;
 }
 
 Reg *Cache::join_regs(Reg *a, Reg *b) noexcept
