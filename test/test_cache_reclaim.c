@@ -2,8 +2,8 @@
  * its grace period (every other thread has entered vmt_get's full path since) instead of
  * interrupting every thread with a membarrier; where another thread calls nothing, the batch
  * after two waiting ones falls back to the barrier; a hold taken before the period is never
- * deregistered under its holder; what a soft device limit evicts waits too; and whatever
- * waits goes at a flush. */
+ * deregistered under its holder; what a soft device limit evicts waits too; a fork's child
+ * forgets what waits; and whatever waits goes at a flush. */
 #include "config.h"
 
 #include <check.h>
@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <vmtrack.h>
 
@@ -282,11 +284,49 @@ START_TEST(soft_limit_evictions_wait_for_a_period)
 }
 END_TEST
 
+/* A fork while batches wait for their grace period: the child forgets them (the parent's
+ * registrations, never deregistered there), counts nothing waiting, and reclaims its own. */
+START_TEST(fork_forgets_waiting_batches)
+{
+    struct scene sc;
+    scene_open(&sc, kCacheLimit);
+    struct fixture *fx = &sc.fx;
+    struct vmt_stats st = miss_until_passes(&sc.m, 1);
+    ck_assert_uint_gt(st.retired_waiting, 0);
+    long deregs_at_fork = atomic_load(&fx->fake.deregs);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct vmt_stats cs = {.sz = sizeof cs};
+        vmt_stats_get(fx->cache, &cs);
+        if (cs.retired_waiting != 0)
+            _exit(10);
+        struct vmt_device *d;
+        if (vmt_device_attach(fx->cache, &fx->fake.ops, &fx->fake, &d))
+            _exit(11);
+        char *page0 = map_anon(page);
+        struct vmt_reg *r;
+        if (vmt_get(d, page0, page, VMT_ACCESS_READ, &r))
+            _exit(12);
+        vmt_put(r);
+        vmt_flush(fx->cache);
+        vmt_device_detach(d);
+        /* Its own registration went; none of the parent's waiting ones. */
+        _exit(atomic_load(&fx->fake.deregs) == deregs_at_fork + 1 ? 0 : 13);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    scene_close(&sc);  /* the parent's waiting batches go at its flush */
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {
         batch_waits_for_the_other_threads_get, hold_from_before_the_period_is_kept,
-        memo_hits_let_batches_pass, soft_limit_evictions_wait_for_a_period, NULL
+        memo_hits_let_batches_pass, soft_limit_evictions_wait_for_a_period,
+        fork_forgets_waiting_batches, NULL
     };
     return check_run_cases("cache reclaim", 60, cases);
 }
