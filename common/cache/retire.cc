@@ -206,12 +206,8 @@ void Cache::reclaim_if_due() noexcept
         return;
     if (limbo_new_.load(std::memory_order_relaxed) >= kReclaimBatch ||
         limbo_new_bytes_.load(std::memory_order_relaxed) >= kReclaimBatchBytes ||
-        (limbo_urgent_.load(std::memory_order_relaxed) != 0 && reader_barrier_is_free())) {
-        if (t_device_reg_depth)
-            defer_reclaim();
-        else
-            reclaim_unless_busy();
-    }
+        (limbo_urgent_.load(std::memory_order_relaxed) != 0 && reader_barrier_is_free()))
+        reclaim_soon();
 }
 
 void Cache::reclaim_soon() noexcept
@@ -353,14 +349,16 @@ void Cache::reclaim_pass(bool may_wait) noexcept
 {
     Reg *list;
     size_t bytes;
+    bool work;  // the waiting slots change only under reclaim_lock_, which this pass holds
     {
         std::lock_guard<SpinLock> g(lock_);
         bytes = limbo_new_bytes_.load(std::memory_order_relaxed);
         list = detach_limbo_locked();
-        if (list || waiting_nonempty())
+        work = list || waiting_nonempty();
+        if (work)
             add_under_lock(counts_.reclaim_passes, uint64_t{1});
     }
-    if (list || waiting_nonempty())
+    if (work)
         reclaim_list(after_grace(list, bytes, may_wait));
 }
 
