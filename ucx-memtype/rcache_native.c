@@ -53,9 +53,9 @@
 /* Serialises one rcache's mem_reg and mem_dereg (see the top of this file); the thread that
  * holds it may take it again. vmtrack itself no longer calls a dereg inside a reg (nothing is
  * reclaimed while a device's reg runs); the recursion stays for an md whose own callbacks
- * come back to this rcache. Only misses take it, once for the registration and once for each deregistration, and
- * a pthread recursive mutex cost a tenth of the module's miss there (two atomic operations and
- * two calls per section). Here the release is a plain store: one atomic per section. A waiter
+ * come back to this rcache. Only misses take it, once for the registration and once for each
+ * deregistration, and a pthread recursive mutex cost a tenth of the module's miss there (two
+ * atomic operations and two calls per section). Here the release is a plain store: one atomic per section. A waiter
  * spins a little, then yields, since an md call may take milliseconds (ibv_reg_mr of a large
  * buffer). */
 struct md_lock {

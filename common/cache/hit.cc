@@ -313,7 +313,6 @@ void Cache::mark_set_hit(Device *dev, uintptr_t addr) noexcept
     set_bit_of(memo_hit_, memo_set_number(dev, addr));
 }
 
-
 void Cache::clear_live_sets() noexcept
 {
     for (std::atomic<uint64_t> &word : memo_live_)
@@ -440,7 +439,7 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     ThreadRecord *t = thread_record();
     if (!t)
         return -ENOMEM;
-    note_reader_progress(t);  // before this get's hold: see grace_period_passed
+    note_reader_progress(t);  // before this get's hold: see grace_seen_by_all
     // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
     WalkHint hint;
     if (hit(dev, a, end, access, t, out, &hint))
@@ -511,7 +510,7 @@ __attribute__((noinline)) void put_full(struct vmt_reg *reg, bool hold_released)
     Reg *r = reinterpret_cast<Reg *>(reg);
     if (released) {
         // Between two gets of this thread: a thread that hits through the memo while another
-        // retires lets that one's batches pass without a barrier (see grace_period_passed).
+        // retires lets that one's batches pass without a barrier (see grace_seen_by_all).
         if (ThreadRecord *t = t_record)
             note_reader_progress(t);
         publish_fence();

@@ -468,9 +468,9 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     write_begin();
     defer_retiring_count_ = true;
     // Soft limits: room is made now, before this registration counts (it stays: it is not in
-    // the index yet), and what goes is deregistered before vmt_get returns, as in plan_miss.
-    // A plan on a cached range (base) makes none, as plan_miss makes none for it: an upgrade
-    // replaces the device's registration there.
+    // the index yet); what goes is deregistered below (at once where no other thread uses the
+    // cache, else after a grace period). A plan on a cached range (base) makes none, as
+    // plan_miss makes none for it: an upgrade replaces the device's registration there.
     bool device_evicted = !plan.base && device_soft_limited(dev) &&
                           device_full(dev, DeviceLeaving{}, u1 - u0) &&
                           evict_locked(dev, nullptr, 0, u1 - u0) != 0;

@@ -47,7 +47,7 @@ struct alignas(64) ThreadRecord {
     ThreadRecord *next = nullptr;        // in the list of all records; never unlinked
     std::atomic<bool> owned{false};      // a live thread uses it
     // The grace period this thread had seen when it last entered vmt_get's full path or made
-    // a slow put (note_reader_progress): see grace_period_passed.
+    // a slow put (note_reader_progress): see grace_seen_by_all.
     std::atomic<uint64_t> grace_seen{0};
 };
 
@@ -145,7 +145,7 @@ bool reader_barrier_if_free() noexcept;
 // increment, after those retirements' stores); each thread publishes the latest it has seen
 // where it enters vmt_get's full path or makes a slow put, never inside a hit's
 // publish-and-check (note_reader_progress: a release store of an acquire load). Once every
-// other owned record shows the period (grace_period_passed), each hold a thread published
+// other owned record shows the period (grace_seen_by_all), each hold a thread published
 // before its note is visible (the release), and each hit it began after it reads the moved
 // sequence or epoch (the acquire), which is all reader_barrier() gives. A thread that calls
 // nothing (or only hits while nothing is retired) never notes: the reclaimer falls back to the
