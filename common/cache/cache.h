@@ -118,7 +118,9 @@ struct Entry {
     std::atomic<uint64_t> memo_slots{0};
     // Writer-only below (index lock).
     uint32_t regs_alive = 0;             // registrations of this entry not yet freed
-    std::atomic<bool> in_index{false};   // changed only inside a write section
+    // Changed only inside a write section, read only under the lock: plain loads and
+    // stores (an assignment was seq_cst, an exchange, two in every evicting miss).
+    std::atomic<bool> in_index{false};
     bool watched = false;
     // Hit since it last reached the LRU head (sampled on the memo path): its second chance. A
     // flag, set only while clear, rather than the tick of the last hit: the tick moved with

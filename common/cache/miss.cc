@@ -152,7 +152,7 @@ int Cache::get_uncached(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     e->end.store(a1);
     e->memo_slots.store(0, std::memory_order_relaxed);
     e->regs.store(r);
-    e->in_index = false;
+    e->in_index.store(false, std::memory_order_relaxed);
     e->watched = false;
     e->regs_alive = 1;
     r->entry.store(e);
@@ -436,8 +436,9 @@ bool Cache::plan_still_valid(const Plan &plan) const noexcept
     if (!plan.base)
         return !watch_changed(plan.watch);
     // base may have been freed and reused meanwhile: it must still be this range.
-    return plan.base->in_index && plan.base->start.load() == plan.start &&
-           plan.base->end.load() == plan.end && !watch_changed(plan.base);
+    return plan.base->in_index.load(std::memory_order_relaxed) &&
+           plan.base->start.load() == plan.start && plan.base->end.load() == plan.end &&
+           !watch_changed(plan.base);
 }
 
 int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
@@ -561,10 +562,10 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     r->entry.store(ne, std::memory_order_relaxed);
     ne->regs.store(r, std::memory_order_release);
     if (!index_.insert(u0, ne)) {
-        ne->in_index = false;
+        ne->in_index.store(false, std::memory_order_relaxed);
         return false;
     }
-    ne->in_index = true;
+    ne->in_index.store(true, std::memory_order_relaxed);
     lru_push_head(ne);
     entry_count_++;
     bytes_cached_ += u1 - u0;

@@ -130,7 +130,7 @@ void Cache::remove_entry(Entry *e) noexcept
 void Cache::unindex_entry(Entry *e) noexcept
 {
     index_.erase(e->start.load(std::memory_order_relaxed));
-    e->in_index = false;
+    e->in_index.store(false, std::memory_order_relaxed);
     lru_unlink(e);
     entry_count_--;
     bytes_cached_ -= e->end.load(std::memory_order_relaxed) - e->start.load(std::memory_order_relaxed);
@@ -522,7 +522,7 @@ Entry *Cache::free_deregistered_locked(Reg *r, Entry *free_later) noexcept
             g_retiring_caches.fetch_sub(1, std::memory_order_relaxed);
     }
     regs_.free(r);
-    if (--e->regs_alive == 0 && !e->in_index) {
+    if (--e->regs_alive == 0 && !e->in_index.load(std::memory_order_relaxed)) {
         if (!e->watched) {  // nothing to unwatch: back to the pool now
             entries_.free(e);
             return free_later;
@@ -561,7 +561,7 @@ void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
         Reg *r = list;
         list = r->next.load(std::memory_order_relaxed);
         Entry *e = r->entry.load(std::memory_order_relaxed);
-        bool unwatch = e->watched && e->regs_alive == 1 && !e->in_index;
+        bool unwatch = e->watched && e->regs_alive == 1 && !e->in_index.load(std::memory_order_relaxed);
         int64_t held = holds_of(r);
         if (held > 0 || unwatch || tk->count == TakenLimbo::kMax) {
             r->next.store(tk->rest, std::memory_order_relaxed);
