@@ -35,7 +35,9 @@ void check_walks(const vmt::RangeIndex &index, const std::set<uintptr_t> &keys)
         // it always knows the one above.
         void *after_r = reinterpret_cast<void *>(0x5a);
         bool known = false;
-        ck_assert_ptr_eq(index.floor_r(x, &after_r, &known), below);
+        const void *leaf = nullptr;
+        ck_assert_ptr_eq(index.floor_r(x, &after_r, &known, &leaf), below);
+        ck_assert_ptr_nonnull(leaf);
         ck_assert(known);
         ck_assert_ptr_eq(after_r, after);
         auto it = keys.upper_bound(x);
@@ -145,11 +147,53 @@ START_TEST(walks_match_random_churn)
 }
 END_TEST
 
+// A miss inserts where its failed hit's walk ended (insert_at_walked), the whole way down
+// only where that leaf is full or the walk gave none. Churn as above, with every insert
+// taking that way, some with no leaf and some after the walked leaf filled: the walks must
+// still match the set.
+START_TEST(insert_at_walked_keeps_the_tree_right)
+{
+    vmt::RangeIndex index;
+    std::set<uintptr_t> keys;
+    unsigned seed = 23;
+    for (int i = 0; i < 40000; i++) {
+        uintptr_t k = (uintptr_t)(rand_r(&seed) % 2048 + 1) * 2 * kPage;
+        if (keys.erase(k)) {
+            index.erase(k);
+            continue;
+        }
+        void *after;
+        bool known;
+        const void *leaf;
+        index.floor_r(k, &after, &known, &leaf);
+        if (i % 50 == 0)
+            leaf = nullptr;  // a walk that could not tell
+        ck_assert(index.insert_at_walked(leaf, k, value_of(k)));
+        keys.insert(k);
+        ck_assert_ptr_eq(index.floor(k), value_of(k));
+        if (i % 997 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+    // Into an empty tree: its root leaf is walked to and takes the key.
+    for (uintptr_t k : keys)
+        index.erase(k);
+    keys.clear();
+    void *after;
+    bool known;
+    const void *leaf;
+    ck_assert_ptr_null(index.floor_r(kPage, &after, &known, &leaf));
+    ck_assert(index.insert_at_walked(leaf, kPage, value_of(kPage)));
+    keys.insert(kPage);
+    check_walks(index, keys);
+}
+END_TEST
+
 int main()
 {
     const TTest *const cases[] = {floor_w_matches_floor_and_ceil_while_growing_and_shrinking,
                                   walks_match_a_sliding_window_rising,
                                   walks_match_a_sliding_window_falling, walks_match_random_churn,
-                                  nullptr};
+                                  insert_at_walked_keeps_the_tree_right, nullptr};
     return check_run_cases("index walks", 120, cases);
 }

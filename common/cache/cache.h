@@ -194,6 +194,7 @@ private:
         bool touches_nothing;    // merging, the union absorbed nothing (it is the request)
         uint64_t index_seq;      // seq_ when planned: unchanged, the index is as planned
         bool count_miss;         // planned without the lock: the insert counts the miss
+        const void *leaf = nullptr;  // the index leaf where the failed hit's walk ended
     };
     // What a failed walk of the tree saw of the request's neighbours: the entries with the
     // greatest start <= it and the smallest start > it, at sequence count seq. The miss that
@@ -202,6 +203,7 @@ private:
         uint64_t seq = 0;
         Entry *below = nullptr, *above = nullptr;
         bool valid = false;
+        const void *leaf = nullptr;  // where the walk ended (RangeIndex::insert_at_walked)
     };
     int miss(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Reg **out,
              const WalkHint *hint);
@@ -228,7 +230,7 @@ private:
     bool plan_still_valid(const Plan &plan) const noexcept;
     void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
     bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
-                      bool index_as_planned) noexcept;
+                      bool index_as_planned, const void *walked_leaf) noexcept;
     // dev->ops.reg; if the device is out of room and *may_evict, evicts one entry of the
     // device (never `keep`) and tries once more (and clears *may_evict).
     int reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,

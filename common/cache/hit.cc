@@ -360,7 +360,8 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
         }
         void *after;
         bool after_known;
-        Entry *below = static_cast<Entry *>(index_.floor_r(addr, &after, &after_known));
+        const void *leaf;
+        Entry *below = static_cast<Entry *>(index_.floor_r(addr, &after, &after_known, &leaf));
         Entry *e = below && below->end.load(std::memory_order_relaxed) >= end ? below : nullptr;
         Reg *r = nullptr;
         if (e) {
@@ -378,7 +379,7 @@ bool Cache::hit(Device *dev, uintptr_t addr, uintptr_t end, unsigned access, Thr
             // Entries start at page boundaries, so the neighbours of addr are those of its
             // page's start, which is where the miss plans.
             if (hint)
-                *hint = WalkHint{s, below, static_cast<Entry *>(after), after_known};
+                *hint = WalkHint{s, below, static_cast<Entry *>(after), after_known, leaf};
             return false;
         }
         HoldKey key = hold_key(r);

@@ -246,7 +246,7 @@ bool Cache::plan_without_lock(Device *dev, uintptr_t a0, uintptr_t a1, unsigned 
     if (seq_.load(std::memory_order_relaxed) != hint->seq)
         return false;
     *plan = Plan{a0, a1, access, nullptr, mark, WatchToken{}, nullptr, false, merge_, hint->seq,
-                 first};
+                 first, hint->leaf};
     return true;
 }
 
@@ -484,7 +484,8 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     Entry *target = plan.base;
     if (plan.base) {
         join_entry(dev, plan.base, r);
-    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned)) {
+    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned,
+                            device_evicted ? nullptr : plan.leaf)) {
         if (u0 < a0 || u1 > a1)
             counts_.merges.fetch_add(1, std::memory_order_relaxed);
         target = ne;
@@ -542,13 +543,14 @@ void Cache::join_entry(Device *dev, Entry *base, Reg *r) noexcept
 }
 
 bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
-                         bool index_as_planned) noexcept
+                         bool index_as_planned, const void *walked_leaf) noexcept
 {
     uintptr_t u0 = plan.start, u1 = plan.end;
     // Everything the new range overlaps leaves the index (what the union absorbed is inside
     // it; a neighbour it left out only touches it). Where the plan absorbed nothing and the
     // index is as planned, there is nothing to look for.
-    if (!(allow_merge && plan.touches_nothing && index_as_planned))
+    bool as_walked = allow_merge && plan.touches_nothing && index_as_planned;
+    if (!as_walked)
         remove_overlapping(u0, u1, false);
     ne->start.store(u0, std::memory_order_relaxed);
     ne->end.store(u1, std::memory_order_relaxed);
@@ -561,7 +563,10 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     r->next.store(nullptr, std::memory_order_relaxed);
     r->entry.store(ne, std::memory_order_relaxed);
     ne->regs.store(r, std::memory_order_release);
-    if (!index_.insert(u0, ne)) {
+    // As planned, the failed hit's walk found the leaf where u0 goes, if it gave one (a0's
+    // page start has the neighbours of the address it walked for, and a plan that absorbed
+    // nothing is the request: u0 == a0); not where the device's limit evicted meanwhile.
+    if (!(as_walked ? index_.insert_at_walked(walked_leaf, u0, ne) : index_.insert(u0, ne))) {
         ne->in_index.store(false, std::memory_order_relaxed);
         return false;
     }

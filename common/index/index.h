@@ -48,10 +48,13 @@ public:
     // floor() and, in *after, the value with the smallest key > x, for a reader: what a miss
     // needs next, found on the way (see floor_w). *after_known is false when the walk could
     // not tell (a node that looked torn); like floor(), right only if no writer ran meanwhile.
-    void *floor_r(uintptr_t x, void **after, bool *after_known) const noexcept
+    // *walked_leaf: where the walk ended, for insert_at_walked.
+    void *floor_r(uintptr_t x, void **after, bool *after_known,
+                  const void **walked_leaf) const noexcept
     {
         *after = nullptr;
         *after_known = false;
+        *walked_leaf = nullptr;
         const Node *n = root_.load(std::memory_order_acquire);
         const Node *right = nullptr;  // the subtree just right of the path, deepest seen
         for (int depth = 0; n && depth < kMaxDepth; depth++) {
@@ -66,6 +69,7 @@ public:
                 n = static_cast<const Node *>(n->ptrs[i].load(std::memory_order_relaxed));
                 continue;
             }
+            *walked_leaf = n;
             if ((unsigned)(i + 1) < count)
                 *after = n->ptrs[i + 1].load(std::memory_order_relaxed);
             *after_known = (unsigned)(i + 1) < count || !right ||
@@ -137,6 +141,24 @@ public:
             r->count.store(2, std::memory_order_relaxed);
             root_.store(r, std::memory_order_release);
         }
+        return true;
+    }
+
+    // insert(), where a reader's floor_r(k) ended at walked_leaf and no writer has run since (the
+    // caller's sequence count says so): a miss walked there already, and a leaf with room
+    // takes the key without a second walk down. Anything else takes the whole way: a full
+    // leaf (it splits), or no leaf (a walk that could not tell). A leaf reached that way
+    // holds keys, or is the root: one that is empty and not the root was freed, and is not
+    // trusted.
+    bool insert_at_walked(const void *walked_leaf, uintptr_t k, void *value) noexcept
+    {
+        Node *n = static_cast<Node *>(const_cast<void *>(walked_leaf));
+        if (!n || !leaf(n))
+            return insert(k, value);
+        unsigned c = count(n);
+        if (c >= (unsigned)kFan || (c == 0 && n != root()))
+            return insert(k, value);
+        insert_at(n, (unsigned)(last_le(n, c, k) + 1), k, value);
         return true;
     }
 
