@@ -468,28 +468,31 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
     write_begin();
     defer_retiring_count_ = true;
-    // Soft limits: room is made now, before this registration counts (it stays: it is not in
-    // the index yet); what goes is deregistered below (at once where no other thread uses the
-    // cache, else after a grace period). A plan on a cached range (base) makes none, as
-    // plan_miss makes none for it: an upgrade replaces the device's registration there.
-    bool device_evicted = !plan.base && device_soft_limited(dev) &&
-                          device_full(dev, DeviceLeaving{}, u1 - u0) &&
-                          evict_locked(dev, nullptr, 0, u1 - u0) != 0;
+    // Soft limits: room is made before this registration counts in the device's, and after
+    // the insert, which keeps the new entry (evict_locked's keep): the insert first goes
+    // where the failed hit's walk ended, which an eviction before it would have changed
+    // (RangeIndex::insert_at_walked). What goes is deregistered below (at once where no
+    // other thread uses the cache, else after a grace period). A plan on a cached range
+    // (base) makes none, as plan_miss makes none for it: an upgrade replaces the device's
+    // registration there.
     r->dev.store(dev, std::memory_order_relaxed);
     r->handle.store(plan.handle, std::memory_order_relaxed);
     r->bits.store(plan.access | kRegLive << 8, std::memory_order_relaxed);
     r->shared_holds.store(0, std::memory_order_relaxed);
-    dev->regions++;
-    dev->bytes += u1 - u0;
     Entry *target = plan.base;
     if (plan.base) {
         join_entry(dev, plan.base, r);
-    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned,
-                            device_evicted ? nullptr : plan.leaf)) {
+    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned, plan.leaf)) {
         if (u0 < a0 || u1 > a1)
             counts_.merges.fetch_add(1, std::memory_order_relaxed);
         target = ne;
-    } else {
+    }
+    bool device_evicted = !plan.base && device_soft_limited(dev) &&
+                          device_full(dev, DeviceLeaving{}, u1 - u0) &&
+                          evict_locked(dev, target, 0, u1 - u0) != 0;
+    dev->regions++;
+    dev->bytes += u1 - u0;
+    if (!target) {
         // Out of memory for index nodes: serve this one uncached.
         reg_set_state(r, kRegUncached);
         r->shared_holds.store(1, std::memory_order_relaxed);
