@@ -332,10 +332,44 @@ START_TEST(soft_device_limits)
 }
 END_TEST
 
+/* A soft limit makes its room after the miss inserts, and must not take the new range for it:
+ * with a limit of one region whose registration was used since it was cached (its second
+ * chance puts it ahead of the new one in the LRU order), the miss of another range evicts the
+ * old one, and the new one stays cached. */
+START_TEST(soft_limit_keeps_the_range_it_inserts)
+{
+    struct vmt_cache *cache = cache_open("none");
+    struct fake_device f;
+    fake_init(&f, 1);
+    f.ops.flags = VMT_DEVICE_SOFT_LIMITS;
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(cache, &f.ops, &f, &dev), 0);
+    char *base = map_anon(8 * page);
+    char *old_range = base, *new_range = base + 4 * page;
+    for (int i = 0; i < 40; i++)  /* a tree hit, then memo hits: recently used either way */
+        vmt_put(get_ok(dev, old_range, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&f.regs), 1);
+    vmt_put(get_ok(dev, new_range, page, VMT_ACCESS_READ));
+    ck_assert_int_eq(atomic_load(&f.regs), 2);
+    ck_assert_int_eq(atomic_load(&f.deregs), 1);
+    ck_assert_int_eq(atomic_load(&f.live), 1);
+    vmt_put(get_ok(dev, new_range, page, VMT_ACCESS_READ));  /* still cached */
+    ck_assert_int_eq(atomic_load(&f.regs), 2);
+    vmt_put(get_ok(dev, old_range, page, VMT_ACCESS_READ));  /* the one that went */
+    ck_assert_int_eq(atomic_load(&f.regs), 3);
+    ck_assert_int_eq(atomic_load(&f.live), 1);
+    vmt_device_detach(dev);
+    ck_assert_int_eq(atomic_load(&f.live), 0);
+    munmap(base, 8 * page);
+    vmt_cache_destroy(cache);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {lru_by_entries, entries_evictions_wait_for_a_batch,
                                   waiting_evictions_stay_within_max_bytes, soft_device_limits,
+                                  soft_limit_keeps_the_range_it_inserts,
                                   limits_bytes_and_device, device_byte_budget,
                                   evict_and_retry, NULL};
     return check_run_cases("cache evict", 60, cases);
