@@ -226,6 +226,7 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
         {MISS_FRESH_APART, fresh, "fresh_apart", true},
         {MISS_FRESH_ADJACENT, fresh, "fresh_adjacent", true},
         {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM, "random_1024", true},
+        {MISS_RANDOM_FIRST, MISS_OPS_RANDOM_FIRST, "random_1024_first", false},
         {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE, "once", true},
         {MISS_HOT_CHURN, opt.quick ? MISS_OPS_HOT / 2 : MISS_OPS_HOT, "hot_churn", false},
     };

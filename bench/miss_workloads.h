@@ -25,6 +25,8 @@ enum miss_workload {
     MISS_ONCE,            /* mmap 64 KiB, touch, get, put, munmap; and the same without get/put */
     MISS_HOT_CHURN,       /* 9 gets in 10 on 64 hot regions, the rest over 4032 others: the hot
                            * ones stay cached while the others evict one another */
+    MISS_RANDOM_FIRST,    /* MISS_RANDOM_1024's first gets on a new cache, right after the
+                           * in-order pass (the others time a cache that has settled) */
 };
 
 #define MISS_REGION_BYTES (64u * 1024u)
@@ -35,6 +37,7 @@ enum miss_workload {
 #define MISS_OPS_RANDOM 20000u  /* MISS_RANDOM_1024 */
 #define MISS_OPS_ONCE 2000u     /* MISS_ONCE */
 #define MISS_OPS_HOT 40000u     /* MISS_HOT_CHURN */
+#define MISS_OPS_RANDOM_FIRST 5000u  /* MISS_RANDOM_FIRST */
 
 struct miss_result {
     double ns_per_op;        /* CPU time per get+put, per thread (MISS_ONCE: median iteration) */

@@ -138,6 +138,7 @@ static int miss_table(int rounds)
         {MISS_RANDOM_1024, MISS_OPS_RANDOM, 1},
         {MISS_ONCE, MISS_OPS_ONCE, 1},
         {MISS_HOT_CHURN, MISS_OPS_HOT, 0},
+        {MISS_RANDOM_FIRST, MISS_OPS_RANDOM_FIRST, 0},
     };
     int all_met = 1;
     printf("misses through ucs_rcache_get + ucs_rcache_region_put, null mem_reg, median of %d "
