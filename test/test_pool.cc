@@ -164,10 +164,51 @@ START_TEST(reserve_and_free_across_chunks)
 }
 END_TEST
 
+// Object numbers (id_of, at): every object of several chunks has its own, which names it
+// back; 0 and numbers no chunk has name nothing; a chunk taken from the stash is numbered by
+// the pool that takes it; numbers past the bits asked for are 0 (no number).
+START_TEST(numbers_name_their_objects)
+{
+    constexpr size_t kObjects = 3 * vmt::kPoolChunkBytes / sizeof(Large);
+    std::vector<Large *> got;
+    std::vector<uint32_t> ids;
+    {
+        vmt::Pool<Large> pool;
+        ck_assert_ptr_null(pool.at(0));
+        ck_assert_ptr_null(pool.at(1));  // no chunk yet
+        for (size_t i = 0; i < kObjects; i++) {
+            Large *l = pool.alloc();
+            ck_assert_ptr_nonnull(l);
+            uint32_t id = pool.id_of(l, 24);
+            ck_assert_uint_ne(id, 0);
+            ck_assert_ptr_eq(pool.at(id), l);
+            got.push_back(l);
+            ids.push_back(id);
+        }
+        std::sort(ids.begin(), ids.end());
+        ck_assert(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+        ck_assert_ptr_null(pool.at(ids.back() + (1u << 16)));  // a chunk it does not have
+        // Too few bits for the third chunk's numbers: those objects have none.
+        unsigned bits = 1;
+        while ((1ull << bits) <= ids.back())
+            bits++;
+        ck_assert_uint_eq(pool.id_of(got.back(), bits - 2), 0);
+        ck_assert_uint_ne(pool.id_of(got.front(), bits - 2), 0);
+    }
+    // The same chunks, from the stash, in another pool: numbered again, and named back.
+    vmt::Pool<Large> again;
+    for (size_t i = 0; i < kObjects; i++) {
+        Large *l = again.alloc();
+        ck_assert_ptr_eq(again.at(again.id_of(l, 24)), l);
+    }
+}
+END_TEST
+
 int main()
 {
     const TTest *const cases[] = {same_type_is_carved_again_untouched,
                                   other_type_is_built_where_carved, the_mark_only_grows,
-                                  reserve_and_free_across_chunks, nullptr};
+                                  reserve_and_free_across_chunks, numbers_name_their_objects,
+                                  nullptr};
     return check_run_cases("pool", 60, cases);
 }

@@ -25,24 +25,50 @@
 #define VMTRACK_COMMON_POOL_H
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace vmt {
 
-// Chunks of every pool are this size, so any pool can take any stashed chunk.
+// Chunks of every pool are this size, so any pool can take any stashed chunk. They are
+// mapped at an address that is a multiple of their size, so that an object's chunk is its
+// address rounded down (Pool::id_of).
 constexpr size_t kPoolChunkBytes = 256 * 1024;
 
 // The head of every chunk. type: the pool type whose objects the chunk holds (Pool<T>::
 // type_tag); carved: the offset below which its objects were ever handed out (valid objects of
-// that type); above it the chunk is the zero pages mmap gave.
+// that type); above it the chunk is the zero pages mmap gave. number: its place in its pool's
+// table of chunks, from 1 (Pool::id_of), given by each pool that takes it.
 struct PoolChunk {
     PoolChunk *next;
     const void *type;
     size_t carved;
+    uint32_t number;
 };
+
+// A chunk of kPoolChunkBytes at a multiple of that size, or nullptr: twice the size mapped,
+// the ends cut off. Cut by the system call itself, not libc's munmap: a pool grows under its
+// cache's index lock, and the hooks tracker's munmap would take that lock (a deadlock).
+inline void *map_pool_chunk() noexcept
+{
+    void *raw = mmap(nullptr, 2 * kPoolChunkBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return nullptr;
+    uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    uintptr_t aligned = (start + kPoolChunkBytes - 1) & ~(uintptr_t)(kPoolChunkBytes - 1);
+    if (aligned > start)
+        syscall(SYS_munmap, raw, aligned - start);
+    uintptr_t end = start + 2 * kPoolChunkBytes;
+    if (aligned + kPoolChunkBytes < end)
+        syscall(SYS_munmap, aligned + kPoolChunkBytes, end - aligned - kPoolChunkBytes);
+    return reinterpret_cast<void *>(aligned);
+}
 
 // The stash of chunks left by pools that went. Only ever try-locked: a thread that finds it
 // busy maps or unmaps as if there were no stash, so it never waits, and a child forked while
@@ -128,6 +154,29 @@ public:
         free_count_++;
     }
 
+    // A number for an object of this pool, below 2^bits, that at() turns back into the object
+    // while the pool lives; 0 (no number) for one of a chunk past what `bits` can name. For
+    // a caller that keeps a reference to an object in fewer bits than a pointer (the index's
+    // leaf hints): at() of a number whose object was freed meanwhile gives an object of this
+    // pool all the same, so such a reference is a hint, checked by its user.
+    uint32_t id_of(const T *obj, unsigned bits) const noexcept
+    {
+        uintptr_t at = reinterpret_cast<uintptr_t>(obj);
+        auto *c = reinterpret_cast<const Chunk *>(at & ~(uintptr_t)(kChunkBytes - 1));
+        uint64_t id = (uint64_t)c->number << kIndexBits |
+                      (at - reinterpret_cast<uintptr_t>(c) - kFirstObject) / sizeof(T);
+        return id < (1ull << bits) ? (uint32_t)id : 0;
+    }
+    // The object numbered id, or nullptr for 0 or a number no chunk of this pool has.
+    T *at(uint32_t id) const noexcept
+    {
+        uint32_t number = id >> kIndexBits, index = id & ((1u << kIndexBits) - 1);
+        if (number == 0 || number > chunk_count_ || index >= kPerChunk)
+            return nullptr;
+        char *c = reinterpret_cast<char *>(table_[number - 1]);
+        return std::launder(reinterpret_cast<T *>(c + kFirstObject + index * sizeof(T)));
+    }
+
 private:
     static_assert(sizeof(T) >= sizeof(void *), "pool objects hold the free link");
     static std::atomic<T *> *link(T *obj) { return reinterpret_cast<std::atomic<T *> *>(obj); }
@@ -135,6 +184,12 @@ private:
     static constexpr size_t kChunkBytes = kPoolChunkBytes;
     static constexpr size_t kFirstObject =
         ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
+    static constexpr size_t kPerChunk = (kChunkBytes - kFirstObject) / sizeof(T);
+    static constexpr unsigned index_bits(size_t n) { return n <= 1 ? 0 : 1 + index_bits((n + 1) / 2); }
+    static constexpr unsigned kIndexBits = index_bits(kPerChunk);
+    // The table of chunks for at(): chunk number n at table_[n - 1]; mapped when the first
+    // chunk comes (its zero pages cost nothing until written: 8 bytes a chunk).
+    static constexpr size_t kTableChunks = 1 << 16;
     static const void *type_tag() noexcept
     {
         static const char tag = 0;  // one per T: its address names the type
@@ -144,11 +199,17 @@ private:
     bool grow() noexcept
     {
         close_newest();
+        if (!table_) {
+            void *t = mmap(nullptr, kTableChunks * sizeof(Chunk *), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (t == MAP_FAILED)
+                return false;
+            table_ = static_cast<Chunk **>(t);
+        }
         Chunk *c = ChunkStash::take(type_tag());
         if (!c) {
-            void *mem = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (mem == MAP_FAILED)
+            void *mem = map_pool_chunk();
+            if (!mem)
                 return false;
             c = static_cast<Chunk *>(mem);
             c->type = type_tag();
@@ -156,6 +217,12 @@ private:
         }
         c->next = chunks_list_;
         chunks_list_ = c;
+        // Numbered while the table has room; later chunks' objects have no number (id_of).
+        c->number = chunk_count_ < kTableChunks ? (uint32_t)chunk_count_ + 1 : 0;
+        if (c->number) {
+            table_[chunk_count_] = c;
+            chunk_count_++;
+        }
         char *p = reinterpret_cast<char *>(c) + kFirstObject;
         char *end = reinterpret_cast<char *>(c) + kChunkBytes;
         if (!zero_is_default()) {  // zero pages are no T: every object built, at once
@@ -230,8 +297,14 @@ private:
                 munmap(chunks_list_, kChunkBytes);
             chunks_list_ = next;
         }
+        if (table_)
+            munmap(table_, kTableChunks * sizeof(Chunk *));
+        table_ = nullptr;
+        chunk_count_ = 0;
     }
 
+    Chunk **table_ = nullptr;
+    size_t chunk_count_ = 0;
     T *free_ = nullptr;
     size_t free_count_ = 0;  // objects on free_
     Chunk *chunks_list_ = nullptr;
