@@ -117,7 +117,9 @@ struct Entry {
     // kMemoSlotsOverflow when a fifth was filled (Cache::forget_memo_of).
     std::atomic<uint64_t> memo_slots{0};
     // Writer-only below (index lock).
-    uint32_t regs_alive = 0;             // registrations of this entry not yet freed
+    // Registrations of this entry not yet freed: at most 65535 (insert_plan serves a get
+    // uncached rather than add one more).
+    uint16_t regs_alive = 0;
     // Changed only inside a write section, read only under the lock: plain loads and
     // stores (an assignment was seq_cst, an exchange, two in every evicting miss).
     std::atomic<bool> in_index{false};
@@ -131,6 +133,7 @@ struct Entry {
     Entry *lru_prev = nullptr, *lru_next = nullptr;
 };
 static_assert(sizeof(Entry) <= 64, "an entry is one cache line");
+constexpr uint16_t kMaxRegsAlive = UINT16_MAX;
 
 // vmt_get's and vmt_get_handle's common path (hit.cc, the only place that uses it).
 inline int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
@@ -511,6 +514,7 @@ private:
     size_t entry_count_ = 0;
     size_t bytes_cached_ = 0;      // sum of entry lengths in the index
     size_t max_entries_ = 0, max_bytes_ = 0;
+    uint16_t max_regs_alive_ = kMaxRegsAlive;  // Entry::regs_alive's bound (insert_plan)
     bool merge_ = true;
     int write_depth_ = 0;
     std::mutex fork_fixup_lock_;

@@ -90,6 +90,13 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     const char *wrap_soon = getenv("VMTRACK_TEST_EPOCH_WRAP");
     if (wrap_soon && strcmp(wrap_soon, "1") == 0)
         c->epoch_.store((1ull << 32) - 2 * 1024);  // 1024 moves short of the wrap
+    // Tests reach an entry's registration limit with fewer than 65535 (each of which waits in
+    // the reclaim's list, held).
+    if (const char *regs = getenv("VMTRACK_TEST_ENTRY_REGS")) {
+        unsigned long n = strtoul(regs, nullptr, 10);
+        if (n >= 2 && n <= kMaxRegsAlive)
+            c->max_regs_alive_ = (uint16_t)n;
+    }
     c->words_ = c->tracker_->words();
     c->always_valid_ = Tracker::always_valid_words();
     c->caching_ = c->tracker_->caches();

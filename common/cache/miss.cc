@@ -451,7 +451,12 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     Entry *ne = plan.base ? nullptr : entries_.alloc();
     bool no_memory = !r || (!plan.base && !ne);
     count_registration(u1 - u0);
-    if (no_memory || !plan_still_valid(plan)) {
+    bool valid = !no_memory && plan_still_valid(plan);
+    // An entry counts its registrations not yet freed in 16 bits: one that has as many (each
+    // upgrade retires one, which waits while held) takes no more, and this get is served
+    // uncached.
+    bool entry_full = valid && plan.base && plan.base->regs_alive >= max_regs_alive_;
+    if (!valid || entry_full) {
         count_deregistration(u1 - u0);
         if (r)
             regs_.free(r);
@@ -461,7 +466,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         deregister(dev, plan.handle);
         if (!plan.base)
             tracker_->unwatch(u0, u1 - u0, plan.watch);
-        return no_memory ? -ENOMEM : kMissAgain;
+        return no_memory ? -ENOMEM : entry_full ? kMissUncached : kMissAgain;
     }
     // seq_ moves with every change of the index (hits rely on it): unmoved since the plan, the
     // index is the one the plan saw.

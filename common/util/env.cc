@@ -26,6 +26,7 @@ const Known kKnown[] = {
     {"VMTRACK_LOG", "error, warn, info or debug"},
     {"VMTRACK_IOURING_TABLE", "sparse, tagged or whole (the io_uring device's table)"},
     {"VMTRACK_TEST_EPOCH_WRAP", "1 (tests: a new cache's memo epoch wraps after 1024 retirements)"},
+    {"VMTRACK_TEST_ENTRY_REGS", "2 to 65535 (tests: registrations an entry takes, not yet freed)"},
     // read by libvmtrack-ucx (ucx-memtype/), listed so that they are not reported as typos
     {"VMTRACK_UCX", "1 or 0"},
     {"VMTRACK_UCX_NATIVE", "1 or 0"},
