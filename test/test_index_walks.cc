@@ -3,10 +3,13 @@
 // failed hit's, or floor_w under the lock), so both must agree with floor and ceil_w
 // everywhere, at every depth of the tree and across the splits and merges of inserting and
 // erasing.
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "index/index.h"
 #include "lib/check_run.h"
@@ -189,11 +192,69 @@ START_TEST(insert_at_walked_keeps_the_tree_right)
 }
 END_TEST
 
+// Values that carry the index's LeafHint: the cache's entries. The eviction erases by the hint
+// (erase_hinted), taking the key out of the hinted leaf where it can and walking down where
+// not; inserts and splits keep every value's hint. Churn with every erase hinted, some hints
+// spoiled on purpose (another value's leaf, a number no leaf has): the tree must still be the
+// set. (That the hints save the walk is for the benchmarks to show.)
+namespace {
+struct Item {
+    uintptr_t key;
+    vmt::LeafHint hint;
+};
+
+void check_items(const vmt::RangeIndex &index, const std::map<uintptr_t, Item *> &items)
+{
+    for (const auto &kv : items)
+        for (uintptr_t x : {kv.first - 1, kv.first, kv.first + kPage / 2}) {
+            auto it = items.upper_bound(x);
+            Item *want = it == items.begin() ? nullptr : std::prev(it)->second;
+            ck_assert_ptr_eq(index.floor(x), want);
+        }
+}
+}  // namespace
+
+START_TEST(erase_hinted_keeps_the_tree_right)
+{
+    vmt::RangeIndex index(offsetof(Item, hint));
+    std::map<uintptr_t, Item *> items;
+    std::vector<Item> store(2049);
+    unsigned seed = 31;
+    for (int i = 0; i < 60000; i++) {
+        uintptr_t n = (uintptr_t)(rand_r(&seed) % 2048 + 1);
+        uintptr_t k = n * 2 * kPage;
+        Item *item = &store[n];
+        auto it = items.find(k);
+        if (it != items.end()) {
+            vmt::LeafHint hint = item->hint;
+            if (i % 37 == 0)  // another value's leaf
+                hint = items.begin()->second->hint;
+            else if (i % 41 == 0)  // no leaf at all
+                hint = vmt::LeafHint{{0xff, 0xff, 0xff}};
+            index.erase_hinted(k, hint);
+            items.erase(it);
+        } else {
+            item->key = k;
+            ck_assert(index.insert(k, item));
+            items[k] = item;
+        }
+        if (i % 997 == 0)
+            check_items(index, items);
+    }
+    check_items(index, items);
+    for (auto &kv : items)
+        index.erase_hinted(kv.first, kv.second->hint);
+    items.clear();
+    ck_assert_ptr_null(index.floor(~uintptr_t{0}));
+}
+END_TEST
+
 int main()
 {
     const TTest *const cases[] = {floor_w_matches_floor_and_ceil_while_growing_and_shrinking,
                                   walks_match_a_sliding_window_rising,
                                   walks_match_a_sliding_window_falling, walks_match_random_churn,
-                                  insert_at_walked_keeps_the_tree_right, nullptr};
+                                  insert_at_walked_keeps_the_tree_right,
+                                  erase_hinted_keeps_the_tree_right, nullptr};
     return check_run_cases("index walks", 120, cases);
 }

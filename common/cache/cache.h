@@ -118,8 +118,9 @@ struct Entry {
     std::atomic<uint64_t> memo_slots{0};
     // Writer-only below (index lock).
     // Registrations of this entry not yet freed: at most 65535 (insert_plan serves a get
-    // uncached rather than add one more).
+    // uncached rather than add one more), so that the index's hint fits beside it.
     uint16_t regs_alive = 0;
+    LeafHint leaf{};                     // the index's (RangeIndex::erase_hinted)
     // Changed only inside a write section, read only under the lock: plain loads and
     // stores (an assignment was seq_cst, an exchange, two in every evicting miss).
     std::atomic<bool> in_index{false};
@@ -406,7 +407,7 @@ private:
     bool tracked_ = true;  // the tracker sees unmaps: a valid cached range is mapped
     bool unwatch_needed_ = true;  // the tracker's unwatch does something (watches_ranges)
     unsigned stat_slot_ = ~0u;
-    RangeIndex index_;
+    RangeIndex index_{offsetof(Entry, leaf)};
 
     // A lossy memo in front of the index: page number -> the entry a lookup last found for it.
     // Never trusted: a memo entry is used only if it is in the index and covers the request

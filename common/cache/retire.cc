@@ -129,7 +129,7 @@ void Cache::remove_entry(Entry *e) noexcept
 
 void Cache::unindex_entry(Entry *e) noexcept
 {
-    index_.erase(e->start.load(std::memory_order_relaxed));
+    index_.erase_hinted(e->start.load(std::memory_order_relaxed), e->leaf);
     e->in_index.store(false, std::memory_order_relaxed);
     lru_unlink(e);
     entry_count_--;
