@@ -163,6 +163,8 @@ public:
     {
         uintptr_t at = reinterpret_cast<uintptr_t>(obj);
         auto *c = reinterpret_cast<const Chunk *>(at & ~(uintptr_t)(kChunkBytes - 1));
+        if (c->number == 0)
+            return 0;  // a chunk the table had no room for
         uint64_t id = (uint64_t)c->number << kIndexBits |
                       (at - reinterpret_cast<uintptr_t>(c) - kFirstObject) / sizeof(T);
         return id < (1ull << bits) ? (uint32_t)id : 0;
@@ -185,7 +187,10 @@ private:
     static constexpr size_t kFirstObject =
         ((sizeof(Chunk) + alignof(T) - 1) / alignof(T)) * alignof(T);
     static constexpr size_t kPerChunk = (kChunkBytes - kFirstObject) / sizeof(T);
-    static constexpr unsigned index_bits(size_t n) { return n <= 1 ? 0 : 1 + index_bits((n + 1) / 2); }
+    static constexpr unsigned index_bits(size_t n)
+    {
+        return n <= 1 ? 0 : 1 + index_bits((n + 1) / 2);
+    }
     static constexpr unsigned kIndexBits = index_bits(kPerChunk);
     // The table of chunks for at(): chunk number n at table_[n - 1]; mapped when the first
     // chunk comes (its zero pages cost nothing until written: 8 bytes a chunk).
