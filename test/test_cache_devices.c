@@ -113,7 +113,7 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const cases[] = {attach_twice_shares, an_entry_full_of_registrations_serves_uncached,
-                                  NULL};
+    const TTest *const cases[] = {attach_twice_shares,
+                                  an_entry_full_of_registrations_serves_uncached, NULL};
     return check_run_cases("cache devices", 60, cases);
 }

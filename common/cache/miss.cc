@@ -573,7 +573,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     ne->regs.store(r, std::memory_order_release);
     // As planned, the failed hit's walk found the leaf where u0 goes, if it gave one (a0's
     // page start has the neighbours of the address it walked for, and a plan that absorbed
-    // nothing is the request: u0 == a0); not where the device's limit evicted meanwhile.
+    // nothing is the request: u0 == a0). Evictions for limits come after the insert.
     if (!(as_walked ? index_.insert_at_walked(walked_leaf, u0, ne) : index_.insert(u0, ne))) {
         ne->in_index.store(false, std::memory_order_relaxed);
         return false;

@@ -561,7 +561,8 @@ void Cache::take_limbo_if_free(TakenLimbo *tk) noexcept
         Reg *r = list;
         list = r->next.load(std::memory_order_relaxed);
         Entry *e = r->entry.load(std::memory_order_relaxed);
-        bool unwatch = e->watched && e->regs_alive == 1 && !e->in_index.load(std::memory_order_relaxed);
+        bool unwatch = e->watched && e->regs_alive == 1 &&
+                       !e->in_index.load(std::memory_order_relaxed);
         int64_t held = holds_of(r);
         if (held > 0 || unwatch || tk->count == TakenLimbo::kMax) {
             r->next.store(tk->rest, std::memory_order_relaxed);
