@@ -117,6 +117,26 @@ START_TEST(walks_match_a_sliding_window_falling)
 }
 END_TEST
 
+// Keys of a fixed set of `span` come and go at random for 40000 steps, `insert` putting each
+// one in (step, key); the walks are checked against the set as it goes and at the end.
+template <typename Insert>
+void churn(vmt::RangeIndex &index, std::set<uintptr_t> &keys, unsigned seed, unsigned span,
+           Insert insert)
+{
+    for (int i = 0; i < 40000; i++) {
+        uintptr_t k = (uintptr_t)(rand_r(&seed) % span + 1) * 2 * kPage;
+        if (keys.erase(k)) {
+            index.erase(k);
+        } else {
+            insert(i, k);
+            keys.insert(k);
+        }
+        if (i % 997 == 0)
+            check_walks(index, keys);
+    }
+    check_walks(index, keys);
+}
+
 // The random miss workload's pattern: keys of a fixed set come and go in any order, so that
 // nodes split and empty in the middle of the tree while it keeps its size, and searches end
 // at every place of a node (first, last and between: each has its own way in last_le).
@@ -124,19 +144,8 @@ START_TEST(walks_match_random_churn)
 {
     vmt::RangeIndex index;
     std::set<uintptr_t> keys;
-    unsigned seed = 11;
-    for (int i = 0; i < 40000; i++) {
-        uintptr_t k = (uintptr_t)(rand_r(&seed) % 1024 + 1) * 2 * kPage;
-        if (keys.erase(k)) {
-            index.erase(k);
-        } else {
-            ck_assert(index.insert(k, value_of(k)));
-            keys.insert(k);
-        }
-        if (i % 997 == 0)
-            check_walks(index, keys);
-    }
-    check_walks(index, keys);
+    churn(index, keys, 11, 1024,
+          [&](int, uintptr_t k) { ck_assert(index.insert(k, value_of(k))); });
     // Every key out (the tree shrinks back to one empty leaf), then in again.
     for (uintptr_t k : keys)
         index.erase(k);
@@ -158,33 +167,20 @@ START_TEST(insert_at_walked_keeps_the_tree_right)
 {
     vmt::RangeIndex index;
     std::set<uintptr_t> keys;
-    unsigned seed = 23;
-    for (int i = 0; i < 40000; i++) {
-        uintptr_t k = (uintptr_t)(rand_r(&seed) % 2048 + 1) * 2 * kPage;
-        if (keys.erase(k)) {
-            index.erase(k);
-            continue;
-        }
-        void *after;
-        bool known;
-        const void *leaf;
+    void *after;
+    bool known;
+    const void *leaf;
+    churn(index, keys, 23, 2048, [&](int i, uintptr_t k) {
         index.floor_r(k, &after, &known, &leaf);
         if (i % 50 == 0)
             leaf = nullptr;  // a walk that could not tell
         ck_assert(index.insert_at_walked(leaf, k, value_of(k)));
-        keys.insert(k);
         ck_assert_ptr_eq(index.floor(k), value_of(k));
-        if (i % 997 == 0)
-            check_walks(index, keys);
-    }
-    check_walks(index, keys);
+    });
     // Into an empty tree: its root leaf is walked to and takes the key.
     for (uintptr_t k : keys)
         index.erase(k);
     keys.clear();
-    void *after;
-    bool known;
-    const void *leaf;
     ck_assert_ptr_null(index.floor_r(kPage, &after, &known, &leaf));
     ck_assert(index.insert_at_walked(leaf, kPage, value_of(kPage)));
     keys.insert(kPage);
