@@ -42,18 +42,25 @@ public:
     RangeIndex &operator=(const RangeIndex &) = delete;
 
     // Reader side. The value with the greatest key <= x, or nullptr. May be wrong if a writer
-    // ran meanwhile; the caller's sequence check decides.
+    // ran meanwhile; the caller's sequence check decides. A leaf whose keys are all above x
+    // (its separator is at most its smallest key: see Node) leaves the answer to the subtree
+    // just left of the path.
     void *floor(uintptr_t x) const noexcept
     {
         const Node *n = root_.load(std::memory_order_acquire);
+        const Node *left = nullptr;  // the subtree just left of the path, deepest seen
         for (int depth = 0; n && depth < kMaxDepth; depth++) {
             unsigned count = n->count.load(std::memory_order_relaxed);
             if (count > kFan)
                 return nullptr;
             int i = last_le(n, count, x);
             if (n->leaf.load(std::memory_order_relaxed))
-                return i < 0 ? nullptr : n->ptrs[i].load(std::memory_order_relaxed);
-            n = static_cast<const Node *>(n->ptrs[i < 0 ? 0 : i].load(std::memory_order_relaxed));
+                return i >= 0 ? n->ptrs[i].load(std::memory_order_relaxed)
+                              : last_value_r(left, kMaxDepth - depth);
+            i = i < 0 ? 0 : i;
+            if (i > 0)
+                left = static_cast<const Node *>(n->ptrs[i - 1].load(std::memory_order_relaxed));
+            n = static_cast<const Node *>(n->ptrs[i].load(std::memory_order_relaxed));
         }
         return nullptr;
     }
@@ -70,6 +77,7 @@ public:
         *walked_leaf = nullptr;
         const Node *n = root_.load(std::memory_order_acquire);
         const Node *right = nullptr;  // the subtree just right of the path, deepest seen
+        const Node *left = nullptr;   // and just left of it
         for (int depth = 0; n && depth < kMaxDepth; depth++) {
             unsigned count = n->count.load(std::memory_order_relaxed);
             if (count > kFan)
@@ -79,6 +87,8 @@ public:
                 i = i < 0 ? 0 : i;
                 if ((unsigned)i + 1 < count)
                     right = static_cast<const Node *>(n->ptrs[i + 1].load(std::memory_order_relaxed));
+                if (i > 0)
+                    left = static_cast<const Node *>(n->ptrs[i - 1].load(std::memory_order_relaxed));
                 n = static_cast<const Node *>(n->ptrs[i].load(std::memory_order_relaxed));
                 continue;
             }
@@ -87,7 +97,8 @@ public:
                 *after = n->ptrs[i + 1].load(std::memory_order_relaxed);
             *after_known = (unsigned)(i + 1) < count || !right ||
                            first_value_r(right, kMaxDepth - depth, after);
-            return i < 0 ? nullptr : n->ptrs[i].load(std::memory_order_relaxed);
+            return i >= 0 ? n->ptrs[i].load(std::memory_order_relaxed)
+                          : last_value_r(left, kMaxDepth - depth);
         }
         return nullptr;
     }
@@ -102,6 +113,7 @@ public:
     {
         const Node *n = root();
         const Node *right = nullptr;  // the subtree just right of the path, deepest seen
+        const Node *left = nullptr;   // and just left of it
         while (!leaf(n)) {
             unsigned c = count(n);
             if (c == 0) {
@@ -112,6 +124,8 @@ public:
             i = i < 0 ? 0 : i;
             if ((unsigned)i + 1 < c)
                 right = static_cast<const Node *>(ptr(n, (unsigned)i + 1));
+            if (i > 0)
+                left = static_cast<const Node *>(ptr(n, (unsigned)i - 1));
             n = static_cast<const Node *>(ptr(n, (unsigned)i));
         }
         unsigned c = count(n);
@@ -126,7 +140,7 @@ public:
         } else {
             *after = nullptr;
         }
-        return i < 0 ? nullptr : ptr(n, (unsigned)i);
+        return i >= 0 ? ptr(n, (unsigned)i) : last_value_r(left, kMaxDepth);
     }
 
     // false only when out of memory (the tree is unchanged then). A loop down, then back up
@@ -180,19 +194,19 @@ public:
     // erase(k) for a value whose LeafHint is `hint`: the cache's eviction of its least
     // recently used range, a key no recent walk went near, spent most of its time in the walk
     // down (random workload: a sixth of each miss). Where the hinted leaf holds k, and not
-    // first (its parent's separator would change) nor alone (the leaf would go), k is taken
-    // out there; else the whole way. The hint is only trusted that far: a number whose leaf
-    // was freed names some leaf of the pool all the same, which then does not hold k (keys
-    // are unique in the tree, and a leaf is freed only when empty).
+    // alone (the leaf would go), k is taken out there; else the whole way. The hint is only
+    // trusted that far: a number whose leaf was freed names some leaf of the pool all the
+    // same, which then does not hold k (keys are unique in the tree, and a leaf is freed only
+    // when empty).
     void erase_hinted(uintptr_t k, LeafHint hint) noexcept
     {
         uint32_t id = (uint32_t)hint.bytes[0] | (uint32_t)hint.bytes[1] << 8 |
                       (uint32_t)hint.bytes[2] << 16;
         Node *n = leaves_.at(id);
         unsigned c = n ? count(n) : 0;
-        if (c > 1 && c <= (unsigned)kFan && key(n, 0) < k) {
+        if (c > 1 && c <= (unsigned)kFan) {
             int i = last_le(n, c, k);
-            if (i > 0 && key(n, (unsigned)i) == k) {
+            if (i >= 0 && key(n, (unsigned)i) == k) {
                 remove_at(n, (unsigned)i);
                 return;
             }
@@ -214,25 +228,12 @@ public:
         if (i < 0 || key(n, (unsigned)i) != k)
             return;
         remove_at(n, (unsigned)i);
-        // Up the path while a node emptied (its parent drops it) or its smallest key moved
-        // (the parent's separator follows, or, for a first child, the parent's own smallest).
-        bool empty = count(n) == 0;
-        bool moved = i == 0 && !empty;
-        uintptr_t newmin = moved ? key(n, 0) : 0;
-        for (int d = depth - 1; d >= 0 && (empty || moved); d--) {
+        // Up the path while a node emptied: its parent drops it. A separator stays where the
+        // smallest key under it went (see Node).
+        for (int d = depth - 1; d >= 0 && count(n) == 0; d--) {
             Node *p = path[d];
-            unsigned pi = at[d];
-            if (empty) {
-                remove_at(p, pi);
-                free_node(n);
-                empty = count(p) == 0;
-                moved = pi == 0 && !empty;
-                if (moved)
-                    newmin = min_key(p);
-            } else if (pi > 0) {
-                p->keys[pi].store(newmin, std::memory_order_relaxed);
-                moved = false;
-            }
+            remove_at(p, at[d]);
+            free_node(n);
             n = p;
         }
         Node *r = root();
@@ -263,7 +264,11 @@ private:
         std::atomic<void *> pool_link;
         std::atomic<unsigned> count;
         std::atomic<bool> leaf;
-        std::atomic<uintptr_t> keys[kFan];  // inner: keys[i] = smallest key under ptrs[i], i > 0
+        // Inner: keys[i], i > 0, bounds ptrs[i]: every key under it is >= keys[i] and < keys[i
+        // + 1]. It was the smallest key when set (a split), and stays when that key goes, so
+        // that an erase never climbs to fix it: a floor walk that meets a leaf whose keys are
+        // all above x finds the answer just left of the path.
+        std::atomic<uintptr_t> keys[kFan];
         std::atomic<void *> ptrs[kFan];     // leaf: values; inner: children
     };
     static_assert(offsetof(Node, ptrs) == 128 && sizeof(Node) == 256,
@@ -444,11 +449,20 @@ private:
         return false;
     }
 
-    static uintptr_t min_key(const Node *n) noexcept
+    // The rightmost value under n for a reader (bounded), or nullptr: for n nullptr, or a node
+    // that looked torn (the caller's sequence check then fails).
+    static void *last_value_r(const Node *n, int depth_left) noexcept
     {
-        while (!leaf(n))
-            n = static_cast<const Node *>(ptr(n, 0));
-        return key(n, 0);
+        for (; n && depth_left > 0; depth_left--) {
+            unsigned count = n->count.load(std::memory_order_relaxed);
+            if (count == 0 || count > kFan)
+                return nullptr;
+            void *v = n->ptrs[count - 1].load(std::memory_order_relaxed);
+            if (n->leaf.load(std::memory_order_relaxed))
+                return v;
+            n = static_cast<const Node *>(v);
+        }
+        return nullptr;
     }
 
     static void *ceil_in(const Node *n, uintptr_t x) noexcept
