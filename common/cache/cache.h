@@ -234,7 +234,7 @@ private:
     bool plan_still_valid(const Plan &plan) const noexcept;
     void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
     bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
-                      bool index_as_planned, const void *walked_leaf) noexcept;
+                      bool index_as_planned) noexcept;
     // dev->ops.reg; if the device is out of room and *may_evict, evicts one entry of the
     // device (never `keep`) and tries once more (and clears *may_evict).
     int reg_evicting(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access, Entry *keep,

@@ -487,7 +487,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     Entry *target = plan.base;
     if (plan.base) {
         join_entry(dev, plan.base, r);
-    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned, plan.leaf)) {
+    } else if (insert_entry(ne, r, plan, allow_merge, index_as_planned)) {
         if (u0 < a0 || u1 > a1)
             counts_.merges.fetch_add(1, std::memory_order_relaxed);
         target = ne;
@@ -551,7 +551,7 @@ void Cache::join_entry(Device *dev, Entry *base, Reg *r) noexcept
 }
 
 bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
-                         bool index_as_planned, const void *walked_leaf) noexcept
+                         bool index_as_planned) noexcept
 {
     uintptr_t u0 = plan.start, u1 = plan.end;
     // Everything the new range overlaps leaves the index (what the union absorbed is inside
@@ -574,7 +574,7 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
     // As planned, the failed hit's walk found the leaf where u0 goes, if it gave one (a0's
     // page start has the neighbours of the address it walked for, and a plan that absorbed
     // nothing is the request: u0 == a0). Evictions for limits come after the insert.
-    if (!(as_walked ? index_.insert_at_walked(walked_leaf, u0, ne) : index_.insert(u0, ne))) {
+    if (!(as_walked ? index_.insert_at_walked(plan.leaf, u0, ne) : index_.insert(u0, ne))) {
         ne->in_index.store(false, std::memory_order_relaxed);
         return false;
     }
