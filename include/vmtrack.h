@@ -195,6 +195,17 @@ int    vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned ac
  * as vmt_get's, and -EINVAL if handle is NULL. Since 0.1. */
 int    vmt_get_handle(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                       struct vmt_reg **out, void **handle);
+/* (Extension) vmt_get_handle answered from the memo alone (the per-page lookup a steady hit
+ * makes first, see vmt_stats.memo_hits): 0 with the registration held, as vmt_get_handle
+ * gives it (handle may be NULL), or -EAGAIN with nothing held and *out and *handle untouched
+ * where vmt_get_handle would look further (the index, a registration, the device's reg).
+ * It never registers or evicts (like vmt_put, it may deregister a registration that was
+ * retired while this call took its hold and let it go again). For adapters that must set up per-call context for
+ * their device's reg (UCX's `arg`): they try this first and set it up only when it says
+ * -EAGAIN, then call vmt_get_handle. Errors: -EINVAL (NULL dev, addr or out, len 0, unknown
+ * access bits, a range that wraps), -EAGAIN. Since 0.1. */
+int    vmt_get_memo(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
+                    struct vmt_reg **out, void **handle);
 /* Releases a registration from vmt_get, from any thread. NULL is ignored; a second put of the
  * same hold is misuse (logged; aborts in --enable-debug builds). */
 void   vmt_put(struct vmt_reg *reg);

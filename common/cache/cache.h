@@ -136,13 +136,16 @@ struct Entry {
 static_assert(sizeof(Entry) <= 64, "an entry is one cache line");
 constexpr uint16_t kMaxRegsAlive = UINT16_MAX;
 
-// vmt_get's and vmt_get_handle's common path (hit.cc, the only place that uses it).
+// vmt_get's, vmt_get_handle's and vmt_get_memo's common path (hit.cc, the only place that
+// uses it); kMemoOnly: vmt_get_memo, which answers -EAGAIN where the others look further.
+template <bool kMemoOnly = false>
 inline int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                       struct vmt_reg **out, void **handle);
 
 class Cache final : public TrackerSink {
     // The hit path is flattened into vmt_get (hit.cc: get_inline), which reads the fields
     // below.
+    template <bool kMemoOnly>
     friend int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                           struct vmt_reg **out, void **handle);
 
@@ -608,6 +611,7 @@ private:
 int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out);
 int get_rare(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out,
              uintptr_t found);
+void memo_backout_outlined(Device *d, uintptr_t found);
 int get_rare_handle(Device *d, const void *addr, size_t len, unsigned access,
                     struct vmt_reg **out, uintptr_t found, void **handle);
 void put_full(struct vmt_reg *reg, bool hold_released);

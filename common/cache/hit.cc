@@ -448,15 +448,27 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     return miss(dev, a0, a1, access, out, &hint);
 }
 
+// A memo hit that took its hold and then saw the slot change gives the hold back.
+inline void memo_backout(Device *d, uintptr_t found)
+{
+    Reg *r = reinterpret_cast<Reg *>(found & ~kMemoBackout);
+    hold_remove(t_record, hold_key(r));
+    if (reg_state(r) != kRegLive)
+        d->cache->reclaim_now();
+}
+
+// vmt_get_memo's: inlined there, the reclaim's call would give its common path a frame.
+__attribute__((noinline)) void memo_backout_outlined(Device *d, uintptr_t found)
+{
+    memo_backout(d, found);
+}
+
 // The rest of vmt_get: anything but a memo hit.
 __attribute__((noinline)) int get_rare(Device *d, const void *addr, size_t len, unsigned access,
                                        struct vmt_reg **out, uintptr_t found)
 {
     if (found & kMemoBackout) {
-        Reg *r = reinterpret_cast<Reg *>(found & ~kMemoBackout);
-        hold_remove(t_record, hold_key(r));
-        if (reg_state(r) != kRegLive)
-            d->cache->reclaim_now();
+        memo_backout(d, found);
     } else if (found == kMemoProbe && t_record) {
         uintptr_t a = reinterpret_cast<uintptr_t>(addr);
         found = d->cache->memo_lookup_probing(d, a, a + len, access, t_record);
@@ -545,6 +557,7 @@ namespace vmt {
 // out so that it stays a leaf; everything else is get_rare's. With `handle`, the
 // registration's handle comes from the memo slot, read under its stamp like the rest: the
 // caller does not load the registration itself.
+template <bool kMemoOnly>
 __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, const void *addr,
                                                      size_t len, unsigned access,
                                                      struct vmt_reg **out, void **handle)
@@ -560,7 +573,10 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
     std::atomic<uint64_t> *slot;
     void *h = nullptr;
     // Where readers must fence (no membarrier), the memo is never filled: no check needed here.
-    if (__builtin_expect(!d || !out || a + len <= a, 0))
+    if (kMemoOnly && __builtin_expect(!d || !out || !a || a + len <= a ||
+                                          (access & ~VMT_ACCESS_ALL), 0))
+        return -EINVAL;
+    if (!kMemoOnly && __builtin_expect(!d || !out || a + len <= a, 0))
         goto rare;
     // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
     tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
@@ -614,6 +630,13 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
         *handle = h;
     return 0;
 rare:
+    // vmt_get_memo answers here with what the hold needs only: arguments kept for a call
+    // would take registers (saved and restored on its common path).
+    if (kMemoOnly) {
+        if (found & kMemoBackout)
+            memo_backout_outlined(d, found);
+        return -EAGAIN;
+    }
     // Tail calls both: the common path above keeps no frame.
     return handle ? get_rare_handle(d, addr, len, access, out, found, handle)
                   : get_rare(d, addr, len, access, out, found);
@@ -632,6 +655,12 @@ extern "C" int vmt_get_handle(struct vmt_device *dev, const void *addr, size_t l
     if (__builtin_expect(!handle, 0))
         return -EINVAL;
     return vmt::get_inline(dev, addr, len, access, out, handle);
+}
+
+extern "C" int vmt_get_memo(struct vmt_device *dev, const void *addr, size_t len,
+                            unsigned access, struct vmt_reg **out, void **handle)
+{
+    return vmt::get_inline<true>(dev, addr, len, access, out, handle);
 }
 
 extern "C" void vmt_put(struct vmt_reg *reg)
