@@ -576,7 +576,10 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
     struct vmt_reg *v;
 
     __asm__ volatile("" : : "m"(c));    /* stored here: see struct get_call */
-    if (__builtin_expect(nr != NULL, 1) && __builtin_expect((d = device(nr)) != NULL, 1) &&
+    /* No fork generation check (device() is the miss's): a device attached before fork()
+     * answers no memo lookup in the child, where vmtrack marks it forked away. */
+    if (__builtin_expect(nr != NULL, 1) &&
+        __builtin_expect((d = atomic_load_explicit(&nr->dev, memory_order_acquire)) != NULL, 1) &&
         vmt_get_memo(d, address, length, access_of(prot), &v, (void **)&h) == 0) {
         *c.region_p = region_got(h, v);
         return UCS_OK;

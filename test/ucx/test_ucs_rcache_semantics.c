@@ -47,6 +47,8 @@ static const struct sem_diff sem_diffs[] = {
     {"page-align", "regions are page-aligned (vmtrack's unit), UCX aligns to `alignment`"},
     {"stacked-kept", "a registration made inside another cache's mem_reg on the same range "
                      "is retired when the outer one is inserted (it stays valid while held)"},
+    {"fork-child", "a child of fork() registers again what the parent cached, PURGE_ON_FORK "
+                   "or not: the parent's registrations are never vmtrack's in the child"},
 };
 static int g_module;            /* running with libvmtrack-ucx preloaded */
 static const char *g_config = "?";
@@ -753,6 +755,50 @@ START_TEST(purge_on_fork)
 }
 END_TEST
 
+/* Without PURGE_ON_FORK, a range the parent cached and let go: UCX's child finds the parent's
+ * region, the module's registers its own (the row "fork-child"), even though the parent's
+ * steady hits had put the range in vmtrack's memo. The child's exit status: 0 as expected,
+ * 1 a get failed, 2 the module's child was given the parent's region. */
+START_TEST(fork_child_and_the_parents_regions)
+{
+    struct test_md *md = md_open();
+    size_t pg = page();
+    char *buf = map_pages(2);
+    ucs_rcache_region_t *parents = NULL;
+    for (int i = 0; i < 4; i++) {       /* a miss, then hits: the fast lookups */
+        ck_assert_int_eq(ucs_rcache_get(md->rcache, buf, pg, RW, NULL, &parents), UCS_OK);
+        ucs_rcache_region_put(md->rcache, parents);
+    }
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int regs = atomic_load(&md->regs), status = 0;
+        for (int i = 0; i < 3 && !status; i++) {
+            ucs_rcache_region_t *r = NULL;
+            if (ucs_rcache_get(md->rcache, buf, pg, RW, NULL, &r) != UCS_OK) {
+                status = 1;
+                break;
+            }
+            if (g_module && (r == parents || atomic_load(&md->regs) != regs + 1))
+                status = 2;
+            if (!g_module && r != parents)
+                status = 3;
+            ucs_rcache_region_put(md->rcache, r);
+        }
+        _exit(status);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st), "the child died (status %#x)", st);
+    ck_assert_msg(WEXITSTATUS(st) != 1, "a get in the child failed");
+    ck_assert_msg(WEXITSTATUS(st) != 2, "the module gave the child the parent's region");
+    ck_assert_msg(WEXITSTATUS(st) != 3, "stock UCX's child did not find the parent's region");
+    sem_check("fork-child", !g_module, "the child of fork() finds the parent's regions");
+    munmap(buf, 2 * pg);
+    md_close(md);
+}
+END_TEST
+
 /* ---- stacked caches ------------------------------------------------------------------ */
 START_TEST(stacked_caches)
 {
@@ -878,6 +924,7 @@ static Suite *semantics_suite(void)
     tcase_add_test(tc, put_from_another_thread);
     tcase_add_test(tc, hold_from_another_thread);
     tcase_add_test(tc, purge_on_fork);
+    tcase_add_test(tc, fork_child_and_the_parents_regions);
     tcase_add_test(tc, stacked_caches);
     tcase_add_test(tc, destroy_while_held);
     suite_add_tcase(s, tc);
