@@ -127,12 +127,30 @@ struct native_hdr {
         struct native_rcache *nr;
         struct native_hdr *next_spare;  /* in nr->spare_hdrs */
     };
-    _Atomic unsigned extra_holds;   /* ucs_rcache_region_hold()s not yet put */
-    unsigned gen;
-    _Atomic int dead;               /* deregistered by destroy while held */
+    /* What a put must know, in one word so that the common put reads it with one load:
+     * the ucs_rcache_region_hold()s not yet put (PUT_HOLDS), PUT_DEAD (deregistered by the
+     * rcache's destroy while held) and, above them, the fork generation of the region. */
+    _Atomic uint64_t put_state;
     struct completion *_Atomic comps;
 };
 _Static_assert(sizeof(struct native_hdr) <= HDR_SIZE, "header fits");
+#define PUT_HOLDS 0x7fffffffu
+#define PUT_DEAD 0x80000000u
+
+static inline uint64_t put_state_of(unsigned gen)
+{
+    return (uint64_t)gen << 32;     /* no extra holds, not dead */
+}
+
+static inline unsigned gen_of(struct native_hdr *h)
+{
+    return (unsigned)(atomic_load(&h->put_state) >> 32);
+}
+
+static inline int is_dead(struct native_hdr *h)
+{
+    return !!(atomic_load(&h->put_state) & PUT_DEAD);
+}
 
 /* the get in progress in this thread (a stack: a mem_reg may get from another rcache) */
 struct native_req {
@@ -316,7 +334,8 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
         return -ENOMEM;
     }
     h->nr = nr;
-    h->gen = atomic_load(&n.gen);
+    atomic_store_explicit(&h->put_state, put_state_of(atomic_load(&n.gen)),
+                          memory_order_relaxed);
     r = region_of(h);
     r->super.start = start;
     r->super.end = start + len;
@@ -388,7 +407,7 @@ static void dev_dereg(void *ctx, void *handle)
     run_completions(h);
     /* destroy while the caller still holds it: keep the memory (the caller may still read
      * it), as UCX does; its put becomes a no-op */
-    atomic_store(&h->dead, 1);
+    atomic_fetch_or(&h->put_state, PUT_DEAD);
     atomic_fetch_add(&nr->leaked, 1);
 }
 
@@ -594,7 +613,7 @@ VMT_UCX_EXPORT void ucs_rcache_region_hold(ucs_rcache_t *rcache, ucs_rcache_regi
         vmt_ucx_real.hold(rcache, region);
         return;
     }
-    atomic_fetch_add_explicit(&hdr_of(region)->extra_holds, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hdr_of(region)->put_state, 1, memory_order_relaxed);
 }
 
 /* Out of line: a call in ucs_rcache_region_put would give its common path a frame. */
@@ -605,24 +624,38 @@ static __attribute__((noinline)) void put_forward(ucs_rcache_t *rcache,
     vmt_ucx_real.put(rcache, region);
 }
 
+/* A put that is not the common one: an extra hold to give back, or a region that is no
+ * longer vmtrack's (made in the parent before fork(), or deregistered by a destroy). */
+static __attribute__((noinline)) void put_uncommon(struct native_hdr *h, uint64_t state)
+{
+    for (;;) {
+        if ((unsigned)(state >> 32) != atomic_load(&n.gen) || (state & PUT_DEAD))
+            return;
+        if (!(state & PUT_HOLDS)) {
+            vmt_put(atomic_load_explicit(&h->reg, memory_order_relaxed));
+            return;
+        }
+        if (atomic_compare_exchange_weak(&h->put_state, &state, state - 1))
+            return;
+    }
+}
+
 VMT_UCX_EXPORT void ucs_rcache_region_put(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
 {
     struct native_hdr *h;
-    unsigned holds;
+    uint64_t state;
 
     if (!native_of(rcache)) {
         put_forward(rcache, region);
         return;
     }
     h = hdr_of(region);
-    holds = atomic_load_explicit(&h->extra_holds, memory_order_relaxed);
-    while (holds && !atomic_compare_exchange_weak(&h->extra_holds, &holds, holds - 1))
-        ;
-    if (holds)
+    state = atomic_load_explicit(&h->put_state, memory_order_relaxed);
+    if (__builtin_expect(state != put_state_of(atomic_load_explicit(&n.gen,
+                                                                    memory_order_relaxed)), 0)) {
+        put_uncommon(h, state);
         return;
-    /* a region of the parent (after fork) or of a destroyed rcache is no longer vmtrack's */
-    if (h->gen != atomic_load_explicit(&n.gen, memory_order_relaxed) || atomic_load(&h->dead))
-        return;
+    }
     vmt_put(atomic_load_explicit(&h->reg, memory_order_relaxed));
 }
 
@@ -650,9 +683,9 @@ VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcach
         ;
     /* out of the cache now, other devices' registrations of the range untouched;
      * deregistered (and the completions run) at the last put */
-    if (atomic_load(&h->dead))
+    if (is_dead(h))
         run_completions(h);         /* deregistered already, by the rcache's destroy */
-    else if (h->gen == atomic_load(&n.gen))
+    else if (gen_of(h) == atomic_load(&n.gen))
         vmt_reg_invalidate(atomic_load(&h->reg));
 }
 
