@@ -153,11 +153,13 @@ struct vmt_device_ops {
  * down to them, as UCX's rcache does with its max_regions, rather than evict before it
  * registers. The device then holds one registration more than its limit for the length of
  * each miss in progress; in exchange a miss with nothing cached near it needs the cache's lock
- * once instead of twice. What is evicted is deregistered before vmt_get returns where no other
- * thread uses a vmtrack cache; in a threaded process it waits for a grace period (a later
- * pass, once the other threads have called into vmtrack) or, when two such batches wait, for a
- * barrier, so the device may hold a few registrations more than its limits that long (they
- * count as gone). A device that refuses past a hard limit must not set it. Since 0.1. */
+ * once instead of twice. What is evicted waits until a batch of the device's evictions is
+ * there (a 32nd of max_regions, at most 16; one for a device with max_bytes), then goes
+ * before vmt_get returns where no other thread uses a vmtrack cache; in a threaded process it
+ * waits for a grace period (a later pass, once the other threads have called into vmtrack) or,
+ * when two such batches wait, for a barrier. The device may hold that many registrations more
+ * than its limits that long (they count as gone). A device that refuses past a hard limit must
+ * not set it. Since 0.1. */
 #define VMT_DEVICE_SOFT_LIMITS 0x2u
 /* A miss of this device merges with cached ranges it overlaps, not with those it only touches
  * (UCX's rcache merges so). Without it a range that ends where the request starts (or starts

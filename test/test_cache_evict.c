@@ -365,12 +365,51 @@ START_TEST(soft_limit_keeps_the_range_it_inserts)
 }
 END_TEST
 
+/* Past a large soft limit (max_regions 320: a batch of 320 / 32 = 10), the evictions wait
+ * for each other and go together at the tenth: the device holds up to 9 more meanwhile, they
+ * count as gone (nothing else is evicted for them), and nothing waits once a batch went. A
+ * byte limit, or a limit under 64 regions, keeps each eviction at once. */
+static void soft_batch_case(size_t max_regions, size_t max_bytes, long batch)
+{
+    struct vmt_cache *cache = cache_open("none");
+    struct fake_device f;
+    fake_init(&f, max_regions);
+    f.ops.flags = VMT_DEVICE_SOFT_LIMITS;
+    f.ops.max_bytes = max_bytes;
+    struct vmt_device *dev;
+    ck_assert_int_eq(vmt_device_attach(cache, &f.ops, &f, &dev), 0);
+    long n = (long)max_regions + 3 * batch;
+    char *base = map_anon((size_t)n * 2 * page);
+    for (long i = 0; i < n; i++) {
+        vmt_put(get_ok(dev, base + 2 * i * page, page, VMT_ACCESS_READ));
+        long over = i + 1 - (long)max_regions;  /* evictions so far */
+        long waiting = over <= 0 ? 0 : over % batch;
+        ck_assert_int_eq(atomic_load(&f.live), (over <= 0 ? i + 1 : (long)max_regions) + waiting);
+        ck_assert_uint_eq(stats_of(cache).retired_waiting, (uint64_t)waiting);
+        ck_assert_uint_eq(stats_of(cache).entries, (uint64_t)(over <= 0 ? i + 1 : (long)max_regions));
+    }
+    ck_assert_int_eq(atomic_load(&f.deregs), 3 * batch);
+    vmt_device_detach(dev);
+    ck_assert_int_eq(atomic_load(&f.live), 0);
+    munmap(base, (size_t)n * 2 * page);
+    vmt_cache_destroy(cache);
+}
+
+START_TEST(soft_limit_evictions_go_in_batches)
+{
+    soft_batch_case(320, 0, 10);
+    soft_batch_case(2000, 0, 16);           /* the batch's ceiling */
+    soft_batch_case(63, 0, 1);              /* small limits: at once */
+    soft_batch_case(320, 1ul << 40, 1);     /* with a byte limit: at once */
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {lru_by_entries, entries_evictions_wait_for_a_batch,
                                   waiting_evictions_stay_within_max_bytes, soft_device_limits,
                                   soft_limit_keeps_the_range_it_inserts,
-                                  limits_bytes_and_device, device_byte_budget,
+                                  soft_limit_evictions_go_in_batches, limits_bytes_and_device, device_byte_budget,
                                   evict_and_retry, NULL};
     return check_run_cases("cache evict", 60, cases);
 }

@@ -72,6 +72,9 @@ struct Device {
     // deregistered (a grace period, in a threaded process).
     size_t regions_leaving = 0;
     size_t bytes_leaving = 0;
+    // A soft limit's evictions wait until this many of the device's are leaving, then go
+    // together (Cache::evict_soft_locked); 1: each at once.
+    size_t soft_batch = 1;
     int attach_count = 0;        // under the cache's lock_
     std::string name;
     Device *next = nullptr;
@@ -300,6 +303,10 @@ private:
     // A miss's insert past the cache's limits: evicts, and lets what it retires for
     // max_entries alone wait for the batch while the pinned bytes stay within max_bytes.
     void evict_for_insert(Entry *keep) noexcept;
+    // A soft-limited device's insert past its limits (VMT_DEVICE_SOFT_LIMITS): evicts its
+    // least recently used, which wait in limbo until dev->soft_batch of its registrations
+    // are leaving. Whether they are due now (then the caller reclaims).
+    bool evict_soft_locked(Device *dev, Entry *keep, size_t adding_bytes) noexcept;
     // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
     bool over_limits(Device *dev, size_t adding_bytes) const noexcept;
     struct DeviceLeaving {  // a device's registrations retired, not deregistered yet

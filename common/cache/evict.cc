@@ -60,6 +60,18 @@ void Cache::evict_for_insert(Entry *keep) noexcept
         add_under_lock(limbo_urgent_, size_t{1});
 }
 
+bool Cache::evict_soft_locked(Device *dev, Entry *keep, size_t adding_bytes) noexcept
+{
+    retire_may_wait_ = dev->soft_batch > 1;
+    size_t evicted = evict_locked(dev, keep, 0, adding_bytes);
+    retire_may_wait_ = false;
+    if (evicted == 0 || dev->regions_leaving < dev->soft_batch)
+        return false;
+    if (dev->soft_batch > 1)  // else retire() marked it urgent
+        add_under_lock(limbo_urgent_, size_t{1});
+    return true;
+}
+
 bool Cache::device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
 {
     // What is leaving is counted in regions and bytes still (retired, not deregistered yet).

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -163,6 +164,21 @@ Cache::~Cache()
     pthread_rwlock_destroy(&subs_lock_);
 }
 
+// How many of a soft-limited device's evictions wait for each other (Device::soft_batch):
+// one reclaim for several saves its fixed cost (the reclaim lock, the reader check's fence,
+// a lock turn) at every miss past the limit, and the device holds at most a 32nd of its
+// max_regions more, 16 at most. A byte limit (max_bytes) keeps the evictions at once: a
+// few large registrations past it may be what the limit is there to prevent.
+constexpr size_t kSoftBatchMax = 16;
+constexpr size_t kSoftBatchShare = 32;
+
+static size_t soft_batch_for(const struct vmt_device_ops &ops)
+{
+    if (!(ops.flags & VMT_DEVICE_SOFT_LIMITS) || ops.max_bytes)
+        return 1;
+    return std::max<size_t>(1, std::min(kSoftBatchMax, ops.max_regions / kSoftBatchShare));
+}
+
 int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
 {
     if (!ops || !out || ops->sz < offsetof(struct vmt_device_ops, max_regions) || !ops->reg ||
@@ -197,6 +213,7 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
     memcpy(&fresh->ops, ops, ops->sz < sizeof fresh->ops ? ops->sz : sizeof fresh->ops);
     fresh->ops.sz = sizeof fresh->ops;
     fresh->ctx = ctx;
+    fresh->soft_batch = soft_batch_for(fresh->ops);
     fresh->attach_count = 1;
     fresh->next = devices_;
     devices_ = fresh;

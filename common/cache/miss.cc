@@ -494,7 +494,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     }
     bool device_evicted = !plan.base && device_soft_limited(dev) &&
                           device_full(dev, DeviceLeaving{}, u1 - u0) &&
-                          evict_locked(dev, target, 0, u1 - u0) != 0;
+                          evict_soft_locked(dev, target, u1 - u0);
     dev->regions++;
     dev->bytes += u1 - u0;
     if (!target) {
