@@ -1,5 +1,6 @@
 /* Threads get and put at random while another invalidates: no double deregistration (the
- * fake device aborts), none while held, no lost one, counts agree at the end. */
+ * fake device aborts), none while held, no lost one, counts agree at the end. Half the gets
+ * ask vmt_get_memo first, as the UCX module does. */
 #include "config.h"
 
 #include <check.h>
@@ -26,6 +27,7 @@ struct stress {
     char *base;
     atomic_int stop;
     atomic_long ops;
+    atomic_long memo_answers;       /* gets vmt_get_memo answered */
 };
 
 /* A held registration must still be registered: the fake device frees a registration's
@@ -55,7 +57,24 @@ static void *stress_getter(void *p)
         }
         struct vmt_reg *r;
         char *addr = s->base + 2 * i * page;
-        int rc = vmt_get(s->dev, addr, page, acc, &r);
+        int rc = -EAGAIN;
+        if (rand_r(&seed) & 1) {    /* as the UCX module gets: the memo first */
+            void *h = NULL;
+            rc = vmt_get_memo(s->dev, addr, page, acc, &r, &h);
+            if (rc == 0 && h != vmt_reg_handle(r)) {
+                fprintf(stderr, "stress: vmt_get_memo gave handle %p for %p, whose is %p\n",
+                        h, (void *)r, vmt_reg_handle(r));
+                abort();
+            }
+            if (rc != 0 && rc != -EAGAIN) {
+                fprintf(stderr, "stress: vmt_get_memo = %d\n", rc);
+                abort();
+            }
+            if (rc == 0)
+                atomic_fetch_add(&s->memo_answers, 1);
+        }
+        if (rc == -EAGAIN)
+            rc = vmt_get(s->dev, addr, page, acc, &r);
         if (rc != 0) {
             fprintf(stderr, "stress: vmt_get = %d\n", rc);
             abort();
@@ -101,6 +120,7 @@ static void run_stress(int invalidating)
     s.base = map_anon(2 * STRESS_REGIONS * page);
     atomic_init(&s.stop, 0);
     atomic_init(&s.ops, 0);
+    atomic_init(&s.memo_answers, 0);
     pthread_t t[5];
     int threads = invalidating ? 5 : 4;
     for (int i = 0; i < 4; i++)
@@ -117,9 +137,13 @@ static void run_stress(int invalidating)
     struct vmt_stats st = stats_of(fx.cache);
     ck_assert_uint_eq(st.registrations, st.deregistrations);
     ck_assert_int_eq(atomic_load(&fx.fake.regs), atomic_load(&fx.fake.deregs));
-    printf("threads_stress (%s): %ld get/put pairs, %llu registrations, %llu invalidations, "
-           "%llu reclaim passes (%llu with a barrier)\n",
+    /* the memo is never filled where readers fence themselves (no membarrier) */
+    if (st.memo_hits > 0)
+        ck_assert_int_gt(atomic_load(&s.memo_answers), 0);
+    printf("threads_stress (%s): %ld get/put pairs (%ld answered by vmt_get_memo), %llu "
+           "registrations, %llu invalidations, %llu reclaim passes (%llu with a barrier)\n",
            invalidating ? "invalidating" : "evicting", atomic_load(&s.ops),
+           atomic_load(&s.memo_answers),
            (unsigned long long)st.registrations,
            (unsigned long long)st.invalidations, (unsigned long long)st.reclaim_passes,
            (unsigned long long)st.reclaim_barriers);
