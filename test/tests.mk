@@ -236,3 +236,12 @@ TESTS += test/test_maintain
 test_test_maintain_SOURCES = test/test_maintain.c test/lib/check_run.h
 test_test_maintain_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 test_test_maintain_LDADD = libvmtrack.la $(CHECK_LIBS)
+
+# The UCX module's rcache lock, compiled in (it needs no UCX).
+check_PROGRAMS += test/test_md_lock
+TESTS += test/test_md_lock
+test_test_md_lock_SOURCES = test/test_md_lock.c ucx-memtype/md_lock.c ucx-memtype/md_lock.h \
+	test/lib/check_run.h
+test_test_md_lock_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype -I$(top_srcdir)/test
+test_test_md_lock_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+test_test_md_lock_LDADD = $(CHECK_LIBS) -lpthread

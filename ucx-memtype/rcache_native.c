@@ -21,8 +21,7 @@
  * inside the calling thread's vmt_get (include/vmtrack.h). A range larger than the request
  * is a merge: UCX's HIDE_ERRORS flag is passed and a failure returns -EFAULT, which makes
  * vmtrack register the request alone, as UCX does. mem_reg/mem_dereg of one rcache run under
- * its (recursive) lock, as under UCX's page-table lock: MD code may rely on it, and UCX's own
- * ucs_get_mem_prot answers wrong from two threads at once. Only misses take it. */
+ * its (recursive) lock, as under UCX's page-table lock (md_lock.h). Only misses take it. */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -43,62 +42,13 @@
 #include <ucp/api/ucp_version.h>
 #include <ucs/memory/rcache.h>
 
+#include "md_lock.h"
 #include "rcache_native.h"
 #include "vmtrack.h"
 #include "vmtrack_ucx.h"
 
 #define NATIVE_MAGIC 0x766d7472756378aaULL   /* "vmtrucx" */
 #define HDR_SIZE 64
-
-/* Serialises one rcache's mem_reg and mem_dereg (see the top of this file); the thread that
- * holds it may take it again. vmtrack itself no longer calls a dereg inside a reg (nothing is
- * reclaimed while a device's reg runs); the recursion stays for an md whose own callbacks
- * come back to this rcache. Only misses take it, once for the registration and once for each
- * deregistration, and a pthread recursive mutex cost a tenth of the module's miss there (two
- * atomic operations and two calls per section). Here the release is a plain store: one atomic per section. A waiter
- * spins a little, then yields, since an md call may take milliseconds (ibv_reg_mr of a large
- * buffer). */
-struct md_lock {
-    _Atomic uintptr_t owner;        /* md_lock_me() of the holder, 0 when free */
-    unsigned depth;                 /* written by the holder only */
-};
-
-/* The calling thread's name for the lock: the address of a thread-local byte, one
- * instruction, where pthread_self() is a call into libc at every miss's two sections. */
-static __thread char t_md_lock_me __attribute__((tls_model("initial-exec")));
-static inline uintptr_t md_lock_me(void) { return (uintptr_t)&t_md_lock_me; }
-
-static void md_lock(struct md_lock *l)
-{
-    uintptr_t me = md_lock_me();
-    unsigned spins = 0;
-
-    if (atomic_load_explicit(&l->owner, memory_order_relaxed) == me) {
-        l->depth++;                 /* only this thread ever stores me there */
-        return;
-    }
-    for (;;) {
-        uintptr_t expect = 0;
-        if (atomic_load_explicit(&l->owner, memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_weak_explicit(&l->owner, &expect, me, memory_order_acquire,
-                                                  memory_order_relaxed))
-            break;
-        if (++spins < 128) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            sched_yield();
-        }
-    }
-    l->depth = 1;
-}
-
-static void md_unlock(struct md_lock *l)
-{
-    if (--l->depth == 0)
-        atomic_store_explicit(&l->owner, 0, memory_order_release);
-}
 
 struct native_rcache {
     uint64_t magic;                 /* first: tells a native rcache from a real one */
@@ -236,6 +186,8 @@ static void atfork_prepare(void)
 static void atfork_child(void)
 {
     atomic_fetch_add(&n.gen, 1);
+    for (struct native_rcache *nr = n.all; nr; nr = nr->next)
+        md_lock_after_fork_child(&nr->cb_lock);
 }
 
 static int native_enabled(void)
@@ -454,6 +406,7 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
     if (posix_memalign((void **)&nr, 64, sizeof(*nr)))
         return -ENOMEM;
     memset(nr, 0, sizeof(*nr));
+    md_lock_init(&nr->cb_lock);
     nr->magic = NATIVE_MAGIC;
     nr->params = *params;
     snprintf(nr->name, sizeof(nr->name), "ucx:%s", name ? name : "rcache");

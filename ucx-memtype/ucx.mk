@@ -5,7 +5,8 @@ lib_LTLIBRARIES += libvmtrack-ucx.la
 vmtrackucxincdir = $(includedir)/vmtrack
 vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
 libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h \
-	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h
+	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h \
+	ucx-memtype/md_lock.c ucx-memtype/md_lock.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
 libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt
 libvmtrack_ucx_la_LIBADD = libvmtrack.la -lucs -lucm -ldl -lpthread
