@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_miss.h"
+#include "bench_module.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "tracker_bench.h"
@@ -249,7 +250,8 @@ int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, doubl
 
 // UCX runs in its own process (bench/bench_ucx_main.c): loading libucm patches libc, which
 // would change what this process measures and take the hooks tracker away.
-int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count)
+int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count,
+                              const std::string &env)
 {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -273,7 +275,7 @@ int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count)
                         "without UCX?)\n", VMT_PKGLIBEXECDIR);
         return -ENOENT;
     }
-    std::string cmd = prog + " " + args;
+    std::string cmd = env + prog + " " + args;
     FILE *p = popen(cmd.c_str(), "r");
     if (!p)
         return -errno;
@@ -475,6 +477,18 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
         unmaps.push_back({t, cost, urc});
     }
 
+    // ---- UCX's rcache API served by libvmtrack-ucx, against stock UCX ----
+    std::vector<Row> module_rows;
+    std::string module_json = "null";
+    if (opt.compare_ucx) {
+        rc = bench_ucx_module(opt.quick, &module_rows, &module_json);
+        if (rc) {
+            fprintf(stderr, "vmtrack bench: the UCX module's workloads failed: %s\n",
+                    vmt_strerror(rc));
+            return 1;
+        }
+    }
+
     // ---- report ----
     rows.push_back({"hit (vmt_get+vmt_put), 1024 regions, 1 thread", fmt(hit1), "ns",
                     ucx1 > 0 ? "<= UCX/4 (ratio below)" : "<= 10.5 (42/4) ns",
@@ -522,10 +536,12 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                "\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,"
                "\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,"
                "\"hit_1e6_all_ns\":%.2f,\"bytes_per_entry\":%.1f,\"empty_cache_mib\":%.2f,\"miss_ns\":%.1f,"
-               "\"hit_1e6_all_ucx_ns\":%.2f,\"regions_large\":%zu,\"misses\":%s,\"trackers\":[",
+               "\"hit_1e6_all_ucx_ns\":%.2f,\"regions_large\":%zu,\"misses\":%s,"
+               "\"ucx_module\":%s,\"trackers\":[",
                tracker_used, hit1, scaling, cpu_scaling, ucx1, ucx_scaling, ucx_cpu_scaling,
                ucx_ratio, call_floor, floor_scaling, floor_cpu_scaling, steal_share, hit_big_hot,
-               hit_big_all, bytes_per_entry, fixed_mib, miss_again_ns, big_ucx_ns, big, miss_json.c_str());
+               hit_big_all, bytes_per_entry, fixed_mib, miss_again_ns, big_ucx_ns, big, miss_json.c_str(),
+               module_json.c_str());
         bool first = true;
         for (const auto &t : per_tracker) {
             printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
@@ -548,6 +564,10 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     print_rows(opt, rows, "Cache");
     print_rows(opt, miss_rows, ("Misses, eviction, buffers used once: tracker " + mo.tracker +
                                 ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
+    if (!module_rows.empty())
+        print_rows(opt, module_rows, "UCX's rcache API served by libvmtrack-ucx (hooks tracker) "
+                                     "against stock UCX 1.13: the hit and miss workloads above, "
+                                     "a mem_reg that does nothing, max_regions 512");
     printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
     for (const auto &t : per_tracker) {
         if (t.ns < 0)

@@ -49,9 +49,11 @@ inline double thread_cpu_ns()
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-// Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output.
-// 0, or a negative errno (the helper is missing, failed, or printed something else).
-int run_ucx_helper(const std::string &args, double *out, int count);
+// Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output;
+// `env` goes before the command in the shell's line (an `env ...` prefix: the UCX module's
+// rows preload it). 0, or a negative errno (the helper is missing, failed, or printed
+// something else).
+int run_ucx_helper(const std::string &args, double *out, int count, const std::string &env = "");
 
 }  // namespace vmt_bench
 
