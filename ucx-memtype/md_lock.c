@@ -95,12 +95,13 @@ static void revoke_bias(struct md_lock *l)
 }
 
 /* The biased thread's way in: a store and a load, the fence between them left to revoke_bias's
- * barrier. 0 if the bias is being withdrawn. */
+ * barrier (the compiler's part of it is here). The load is an acquire so that the section's
+ * own loads stay after it. 0 if the bias is being withdrawn. */
 static int enter_biased(struct md_lock *l)
 {
     atomic_store_explicit(&l->bias_inside, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&l->revoking, memory_order_relaxed))
+    if (!atomic_load_explicit(&l->revoking, memory_order_acquire))
         return 1;
     atomic_store_explicit(&l->bias_inside, 0, memory_order_release);
     return 0;
