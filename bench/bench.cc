@@ -250,26 +250,38 @@ int run_ucx(size_t regions, size_t region_bytes, size_t hits, int threads, doubl
 
 // UCX runs in its own process (bench/bench_ucx_main.c): loading libucm patches libc, which
 // would change what this process measures and take the hooks tracker away.
-int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count,
-                              const std::string &env)
+int vmt_bench::command_dir(std::string *dir)
 {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
         return -errno;
     self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
+    *dir = self;
+    *dir = dir->substr(0, dir->rfind('/'));
+    return 0;
+}
+
+std::string vmt_bench::first_accessible(std::initializer_list<std::string> paths, int mode)
+{
+    for (const std::string &p : paths)
+        if (access(p.c_str(), mode) == 0)
+            return p;
+    return "";
+}
+
+int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count,
+                              const std::string &env)
+{
+    std::string dir;
+    int rc = command_dir(&dir);
+    if (rc)
+        return rc;
     // In the build tree the helper sits next to the command (under libtool the command runs
     // from .libs/, one level down); installed, it is in the package's libexec directory.
-    std::string prog;
-    for (const std::string &p : {dir + "/vmtrack-ucx-bench", dir + "/../vmtrack-ucx-bench",
-                                 std::string(VMT_PKGLIBEXECDIR) + "/vmtrack-ucx-bench"}) {
-        if (access(p.c_str(), X_OK) == 0) {
-            prog = p;
-            break;
-        }
-    }
+    std::string prog = first_accessible({dir + "/vmtrack-ucx-bench", dir + "/../vmtrack-ucx-bench",
+                                         std::string(VMT_PKGLIBEXECDIR) + "/vmtrack-ucx-bench"},
+                                        X_OK);
     if (prog.empty()) {
         fprintf(stderr, "vmtrack bench: no vmtrack-ucx-bench in %s or next to vmtrack (built "
                         "without UCX?)\n", VMT_PKGLIBEXECDIR);

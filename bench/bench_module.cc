@@ -8,8 +8,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -22,19 +20,12 @@ namespace {
 // from .libs/ itself), else where it was installed.
 std::string find_module()
 {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
+    std::string dir;
+    if (command_dir(&dir))
         return "";
-    self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
-    for (const std::string &p : {dir + "/libvmtrack-ucx.so", dir + "/.libs/libvmtrack-ucx.so",
-                                 std::string(VMT_LIBDIR) + "/libvmtrack-ucx.so"}) {
-        if (access(p.c_str(), R_OK) == 0)
-            return p;
-    }
-    return "";
+    return first_accessible({dir + "/libvmtrack-ucx.so", dir + "/.libs/libvmtrack-ucx.so",
+                             std::string(VMT_LIBDIR) + "/libvmtrack-ucx.so"},
+                            R_OK);
 }
 
 // The helper's environment: stock UCX with its own libc hooks, or the module preloaded with

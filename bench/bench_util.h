@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <ctime>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ inline double thread_cpu_ns()
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
+
+// The directory of the running command (under libtool, the build tree's .libs/): 0, or a
+// negative errno.
+int command_dir(std::string *dir);
+// The first of `paths` that access() allows with `mode`, or "".
+std::string first_accessible(std::initializer_list<std::string> paths, int mode);
 
 // Runs vmtrack-ucx-bench with these arguments and reads `count` numbers from its output;
 // `env` goes before the command in the shell's line (an `env ...` prefix: the UCX module's
