@@ -476,8 +476,9 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     // Soft limits: room is made before this registration counts in the device's, and after
     // the insert, which keeps the new entry (evict_locked's keep): the insert first goes
     // where the failed hit's walk ended, which an eviction before it would have changed
-    // (RangeIndex::insert_at_walked). What goes is deregistered below (at once where no
-    // other thread uses the cache, else after a grace period). A plan on a cached range
+    // (RangeIndex::insert_at_walked). What goes waits for a batch of the device's
+    // (evict_soft_locked), which is deregistered below (at once where no other thread uses
+    // the cache, else after a grace period). A plan on a cached range
     // (base) makes none, as plan_miss makes none for it: an upgrade replaces the device's
     // registration there.
     r->dev.store(dev, std::memory_order_relaxed);
