@@ -60,6 +60,14 @@ test_test_index_walks_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_s
 test_test_index_walks_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
 test_test_index_walks_LDADD = $(CHECK_LIBS) -lpthread
 
+# The index lock: one holder at a time, and every waiter served, asleep or not.
+check_PROGRAMS += test/test_spin_lock
+TESTS += test/test_spin_lock
+test_test_spin_lock_SOURCES = test/test_spin_lock.cc common/util/spin_lock.cc
+test_test_spin_lock_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common -I$(top_srcdir)/test
+test_test_spin_lock_CXXFLAGS = $(AM_CXXFLAGS) $(CHECK_CFLAGS)
+test_test_spin_lock_LDADD = $(CHECK_LIBS) -lpthread
+
 # The pools' chunks, from a fresh mmap and from the stash an earlier pool left.
 check_PROGRAMS += test/test_pool
 TESTS += test/test_pool

@@ -4,7 +4,8 @@
 // paravirtualised machines, where the wake-up is an IPI); glibc's default mutex sleeps at once.
 // Under steady contention an unlock wakes a sleeper at most once per ~100 us and the sleeper
 // otherwise wakes itself (spin_lock.cc: kWakeGapTicks), so that the threads take turns in
-// stretches rather than at every section.
+// stretches rather than at every section. An unlock with no sleeper announced is a plain
+// store: a sleeper that announces itself just then wakes itself, like one the gap left.
 //
 // BasicLockable and Lockable, so std::lock_guard and std::unique_lock work with it. The state
 // is two words, so the child of a fork rebuilds it with a placement new, as it would a
@@ -50,7 +51,15 @@ public:
     bool try_lock() noexcept { return take_as(kHeld); }
     void unlock() noexcept
     {
-        if (__builtin_expect(state_.exchange(kFree, std::memory_order_release) == kSleepers, 0))
+        // Nobody announced a sleep: a plain store, not an exchange, whose locked instruction
+        // waited for every store of the section to drain (8 ns of a 121 ns miss). A thread
+        // that announces itself between the load and the store sleeps until its timeout
+        // (kSleepNs) at worst, as it may under the wake-up gap anyway.
+        if (__builtin_expect(state_.load(std::memory_order_relaxed) == kHeld, 1)) {
+            state_.store(kFree, std::memory_order_release);
+            return;
+        }
+        if (state_.exchange(kFree, std::memory_order_release) == kSleepers)
             wake_one();
     }
 
