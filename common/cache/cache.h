@@ -351,8 +351,10 @@ private:
     // caller reclaims as it would have) and, for what no thread holds, counted and freed
     // there, the lock being held anyway; after it, the device calls.
     struct TakenLimbo {
-        static constexpr int kMax = 8;  // past this, the ordinary pass does the rest
-        bool taken = false;             // reclaim_lock_ is held until reclaim_taken
+        // A device's soft batch at once (soft_batch_for: 16 at most); past this, the ordinary
+        // pass does the rest (8 left half of each batch to a second turn of the lock).
+        static constexpr int kMax = 16;
+        bool taken = false;  // reclaim_lock_ is held until reclaim_taken
         int count = 0;
         Device *dev[kMax];
         void *handle[kMax];
