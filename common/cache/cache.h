@@ -18,6 +18,7 @@
 #ifndef VMTRACK_COMMON_CACHE_H
 #define VMTRACK_COMMON_CACHE_H
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -314,8 +315,21 @@ private:
         size_t bytes = 0;
     };
     // Past its own limits with one more registration of adding_bytes, even once `leaving`
-    // has been deregistered.
-    bool device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept;
+    // has been deregistered. Inline: a miss past a soft limit asks it once per candidate.
+    bool device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
+    {
+        // What is leaving is counted in regions and bytes still (retired, not deregistered
+        // yet). A soft-limited device keeps its own count of it (retire() on), which includes
+        // `leaving`; a device that refuses past its limits holds them still, and only the
+        // caller's own evictions, reclaimed right after, count.
+        if (device_soft_limited(dev))
+            leaving = DeviceLeaving{dev->regions_leaving, dev->bytes_leaving};
+        size_t regions = dev->regions - std::min(leaving.regions, dev->regions);
+        size_t bytes = dev->bytes - std::min(leaving.bytes, dev->bytes);
+        if (dev->ops.max_regions && regions + 1 > dev->ops.max_regions)
+            return true;
+        return dev->ops.max_bytes && bytes + adding_bytes > dev->ops.max_bytes;
+    }
     static bool device_checks_mapped(const Device *dev) noexcept
     {
         return dev->ops.flags & VMT_DEVICE_CHECKS_MAPPED;

@@ -9,7 +9,6 @@
 #include "config.h"
 #include "cache/cache.h"
 
-#include <algorithm>
 #include <mutex>
 
 #include "cache/internal.h"
@@ -70,21 +69,6 @@ bool Cache::evict_soft_locked(Device *dev, Entry *keep, size_t adding_bytes) noe
     if (dev->soft_batch > 1)  // else retire() marked it urgent
         add_under_lock(limbo_urgent_, size_t{1});
     return true;
-}
-
-bool Cache::device_full(const Device *dev, DeviceLeaving leaving, size_t adding_bytes) const noexcept
-{
-    // What is leaving is counted in regions and bytes still (retired, not deregistered yet).
-    // A soft-limited device keeps its own count of it (retire() on), which includes `leaving`;
-    // a device that refuses past its limits holds them still, and only the caller's own
-    // evictions, reclaimed right after, count.
-    if (device_soft_limited(dev))
-        leaving = DeviceLeaving{dev->regions_leaving, dev->bytes_leaving};
-    size_t regions = dev->regions - std::min(leaving.regions, dev->regions);
-    size_t bytes = dev->bytes - std::min(leaving.bytes, dev->bytes);
-    if (dev->ops.max_regions && regions + 1 > dev->ops.max_regions)
-        return true;
-    return dev->ops.max_bytes && bytes + adding_bytes > dev->ops.max_bytes;
 }
 
 size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes) noexcept
