@@ -308,8 +308,6 @@ private:
     // least recently used, which wait in limbo until dev->soft_batch of its registrations
     // are leaving. Whether they are due now (then the caller reclaims).
     bool evict_soft_locked(Device *dev, Entry *keep, size_t adding_bytes) noexcept;
-    // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
-    bool over_limits(Device *dev, size_t adding_bytes) const noexcept;
     struct DeviceLeaving {  // a device's registrations retired, not deregistered yet
         size_t regions = 0;
         size_t bytes = 0;
@@ -329,6 +327,13 @@ private:
         if (dev->ops.max_regions && regions + 1 > dev->ops.max_regions)
             return true;
         return dev->ops.max_bytes && bytes + adding_bytes > dev->ops.max_bytes;
+    }
+    // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
+    bool over_limits(Device *dev, size_t adding_bytes) const noexcept
+    {
+        if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
+            return true;
+        return dev && device_full(dev, DeviceLeaving{}, adding_bytes);
     }
     static bool device_checks_mapped(const Device *dev) noexcept
     {

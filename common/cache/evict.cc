@@ -15,13 +15,6 @@
 
 namespace vmt {
 
-bool Cache::over_limits(Device *dev, size_t adding_bytes) const noexcept
-{
-    if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
-        return true;
-    return dev && device_full(dev, DeviceLeaving{}, adding_bytes);
-}
-
 void Cache::lru_push_head(Entry *e) noexcept
 {
     e->lru_prev = nullptr;
