@@ -8,10 +8,10 @@ libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h 
 	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h \
 	ucx-memtype/md_lock.c ucx-memtype/md_lock.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
-libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt
+libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt $(LTO_FLAGS)
 libvmtrack_ucx_la_LIBADD = libvmtrack.la -lucs -lucm -ldl -lpthread
 libvmtrack_ucx_la_LDFLAGS = -version-info 0:0:0 \
-	-Wl,--version-script=$(srcdir)/ucx-memtype/libvmtrack-ucx.map
+	-Wl,--version-script=$(srcdir)/ucx-memtype/libvmtrack-ucx.map $(LTO_FLAGS)
 EXTRA_libvmtrack_ucx_la_DEPENDENCIES = ucx-memtype/libvmtrack-ucx.map
 endif
 EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
