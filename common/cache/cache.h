@@ -239,6 +239,10 @@ private:
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
     bool plan_still_valid(const Plan &plan) const noexcept;
+    // Under the lock: dev's registration of a cached range covering [a0, a1) with `access`,
+    // whose pages did not change since it was watched, or nullptr.
+    Reg *registered_meanwhile(Device *dev, uintptr_t a0, uintptr_t a1,
+                              unsigned access) const noexcept;
     void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
     bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
                       bool index_as_planned) noexcept;

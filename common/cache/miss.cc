@@ -441,6 +441,20 @@ bool Cache::plan_still_valid(const Plan &plan) const noexcept
            !watch_changed(plan.base);
 }
 
+Reg *Cache::registered_meanwhile(Device *dev, uintptr_t a0, uintptr_t a1,
+                                 unsigned access) const noexcept
+{
+    void *above;
+    Entry *e = static_cast<Entry *>(index_.floor_w(a0, &above));
+    if (!e || e->end.load(std::memory_order_relaxed) < a1 || watch_changed(e))
+        return nullptr;
+    for (Reg *r = e->regs.load(std::memory_order_relaxed); r;
+         r = r->next.load(std::memory_order_relaxed))
+        if (r->dev.load(std::memory_order_relaxed) == dev && (reg_access(r) & access) == access)
+            return r;
+    return nullptr;
+}
+
 int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                        ThreadRecord *t, Reg **out) noexcept
 {
@@ -456,21 +470,34 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     // upgrade retires one, which waits while held) takes no more, and this get is served
     // uncached.
     bool entry_full = valid && plan.base && plan.base->regs_alive >= max_regs_alive_;
-    if (!valid || entry_full) {
+    // seq_ moves with every change of the index (hits rely on it): unmoved since the plan, the
+    // index is the one the plan saw.
+    bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
+    // Another thread may have cached the request meanwhile (two threads' first gets of one
+    // buffer): its registration serves this get, and this one goes back to the device, seen
+    // by nobody. Inserted over it, this one retired a registration in use, which then waited
+    // for a reclaim batch while every put of a threaded process took the slow path.
+    Reg *meanwhile = valid && !entry_full && !plan.base && !index_as_planned
+                         ? registered_meanwhile(dev, a0, a1, plan.access)
+                         : nullptr;
+    if (!valid || entry_full || meanwhile) {
         count_deregistration(u1 - u0);
         if (r)
             regs_.free(r);
         if (ne)
             entries_.free(ne);
+        if (meanwhile)
+            take_hold(t, meanwhile);
         g.unlock();
         deregister(dev, plan.handle);
         if (!plan.base)
             tracker_->unwatch(u0, u1 - u0, plan.watch);
+        if (meanwhile) {
+            *out = meanwhile;
+            return 0;
+        }
         return no_memory ? -ENOMEM : entry_full ? kMissUncached : kMissAgain;
     }
-    // seq_ moves with every change of the index (hits rely on it): unmoved since the plan, the
-    // index is the one the plan saw.
-    bool index_as_planned = seq_.load(std::memory_order_relaxed) == plan.index_seq;
     write_begin();
     defer_retiring_count_ = true;
     // Soft limits: room is made before this registration counts in the device's, and after
