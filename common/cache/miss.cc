@@ -441,8 +441,11 @@ bool Cache::plan_still_valid(const Plan &plan) const noexcept
            !watch_changed(plan.base);
 }
 
-Reg *Cache::registered_meanwhile(Device *dev, uintptr_t a0, uintptr_t a1,
-                                 unsigned access) const noexcept
+// Out of line and cold: only a race between threads needs it, and the miss's common path
+// stays as it was (inlined, a random miss through the UCX module measured 1-3 ns slower).
+__attribute__((noinline, cold)) Reg *Cache::registered_meanwhile(Device *dev, uintptr_t a0,
+                                                                 uintptr_t a1,
+                                                                 unsigned access) const noexcept
 {
     void *above;
     Entry *e = static_cast<Entry *>(index_.floor_w(a0, &above));
