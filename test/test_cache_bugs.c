@@ -535,10 +535,7 @@ START_TEST(racing_first_gets_share_one_registration)
     ck_assert_msg(first.reg == second, "the first get got its own registration, not the one "
                   "cached meanwhile");
     ck_assert_int_eq(atomic_load(&d.deregs), 1);  /* the first's own, at once */
-    struct vmt_stats st;
-    memset(&st, 0, sizeof st);
-    st.sz = sizeof st;
-    ck_assert_int_eq(vmt_stats_get(c, &st), 0);
+    struct vmt_stats st = stats_of(c);
     ck_assert_uint_eq(st.retired_waiting, 0);
     ck_assert_uint_eq(st.entries, 1);
     vmt_put(first.reg);
