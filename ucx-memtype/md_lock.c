@@ -17,10 +17,7 @@
 /* No thread's name: they are addresses of a thread-local byte. */
 #define MD_UNBIASED ((uintptr_t)1)
 
-/* The calling thread's name for the lock: the address of a thread-local byte, one
- * instruction, where pthread_self() is a call into libc. */
-static __thread char t_md_lock_me __attribute__((tls_model("initial-exec")));
-static inline uintptr_t md_lock_me(void) { return (uintptr_t)&t_md_lock_me; }
+__thread char md_lock_t_me __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
 static int barrier_ok;
@@ -94,19 +91,6 @@ static void revoke_bias(struct md_lock *l)
     pthread_mutex_unlock(&revoke_lock);
 }
 
-/* The biased thread's way in: a store and a load, the fence between them left to revoke_bias's
- * barrier (the compiler's part of it is here). The load is an acquire so that the section's
- * own loads stay after it. 0 if the bias is being withdrawn. */
-static int enter_biased(struct md_lock *l)
-{
-    atomic_store_explicit(&l->bias_inside, 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&l->revoking, memory_order_acquire))
-        return 1;
-    atomic_store_explicit(&l->bias_inside, 0, memory_order_release);
-    return 0;
-}
-
 static void lock_unbiased(struct md_lock *l, uintptr_t me)
 {
     unsigned spins = 0;
@@ -126,7 +110,7 @@ static void lock_unbiased(struct md_lock *l, uintptr_t me)
     l->depth = 1;
 }
 
-void md_lock(struct md_lock *l)
+void md_lock_slow(struct md_lock *l)
 {
     uintptr_t me = md_lock_me();
     uintptr_t bias = atomic_load_explicit(&l->bias, memory_order_acquire);
@@ -141,7 +125,7 @@ void md_lock(struct md_lock *l)
             l->depth++;             /* only this thread sets it */
             return;
         }
-        if (enter_biased(l)) {
+        if (md_lock_enter_biased(l)) {
             l->depth = 1;
             return;
         }
@@ -151,18 +135,6 @@ void md_lock(struct md_lock *l)
         revoke_bias(l);
     }
     lock_unbiased(l, me);
-}
-
-void md_unlock(struct md_lock *l)
-{
-    if (--l->depth)
-        return;
-    /* while the biased thread holds it so, the bias stays (revoke waits) */
-    if (atomic_load_explicit(&l->bias, memory_order_relaxed) == md_lock_me() &&
-        atomic_load_explicit(&l->bias_inside, memory_order_relaxed))
-        atomic_store_explicit(&l->bias_inside, 0, memory_order_release);
-    else
-        atomic_store_explicit(&l->owner, 0, memory_order_release);
 }
 
 void md_lock_after_fork_child(struct md_lock *l)

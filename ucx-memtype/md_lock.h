@@ -28,8 +28,52 @@ struct md_lock {
 
 /* A free lock; biased to its first user where membarrier works in this process. */
 void md_lock_init(struct md_lock *l);
-void md_lock(struct md_lock *l);
-void md_unlock(struct md_lock *l);
+
+/* The calling thread's name for the lock: the address of a thread-local byte, one
+ * instruction, where pthread_self() is a call into libc. */
+extern __thread char md_lock_t_me __attribute__((tls_model("initial-exec")));
+static inline uintptr_t md_lock_me(void) { return (uintptr_t)&md_lock_t_me; }
+
+/* The biased thread's way in: a store and a load, the fence between them left to the
+ * withdrawal's barrier (the compiler's part of it is here). The load is an acquire so that the
+ * section's own loads stay after it. 0 if the bias is being withdrawn. */
+static inline int md_lock_enter_biased(struct md_lock *l)
+{
+    atomic_store_explicit(&l->bias_inside, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&l->revoking, memory_order_acquire))
+        return 1;
+    atomic_store_explicit(&l->bias_inside, 0, memory_order_release);
+    return 0;
+}
+
+/* Everything md_lock does but its common case. */
+void md_lock_slow(struct md_lock *l);
+
+/* Inline, both: a miss takes and releases the lock twice, and the calls were as much as the
+ * biased thread's loads and stores themselves. */
+static inline void md_lock(struct md_lock *l)
+{
+    if (atomic_load_explicit(&l->bias, memory_order_acquire) == md_lock_me() &&
+        !atomic_load_explicit(&l->bias_inside, memory_order_relaxed) &&
+        md_lock_enter_biased(l)) {
+        l->depth = 1;
+        return;
+    }
+    md_lock_slow(l);
+}
+
+static inline void md_unlock(struct md_lock *l)
+{
+    if (--l->depth)
+        return;
+    /* while the biased thread holds it so, the bias stays (a withdrawal waits) */
+    if (atomic_load_explicit(&l->bias, memory_order_relaxed) == md_lock_me() &&
+        atomic_load_explicit(&l->bias_inside, memory_order_relaxed))
+        atomic_store_explicit(&l->bias_inside, 0, memory_order_release);
+    else
+        atomic_store_explicit(&l->owner, 0, memory_order_release);
+}
 /* In the child of fork(), for each lock: the one thread there may take a bias the parent's
  * threads had. */
 void md_lock_after_fork_child(struct md_lock *l);
