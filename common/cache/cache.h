@@ -302,6 +302,7 @@ private:
     bool invalidated_since(uint64_t mark, uintptr_t a0, uintptr_t a1) const noexcept;
     void lru_push_head(Entry *e) noexcept;
     void lru_unlink(Entry *e) noexcept;
+    void lru_second_chance() noexcept;  // the tail (oldest) becomes the head (youngest)
     // Evicts at least `want` entries, and more while the cache is past its limits or
     // for_dev could not take one more registration of adding_bytes.
     size_t evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes = 0) noexcept;
@@ -546,6 +547,8 @@ private:
     Pool<Entry> entries_;
     Pool<Reg> regs_;
     Device *devices_ = nullptr;
+    // A ring through Entry::lru_prev/lru_next (evict.cc): the head is the youngest, the tail
+    // (the head's prev) the oldest.
     Entry *lru_head_ = nullptr, *lru_tail_ = nullptr;
     size_t entry_count_ = 0;
     size_t bytes_cached_ = 0;      // sum of entry lengths in the index

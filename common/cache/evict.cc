@@ -15,28 +15,43 @@
 
 namespace vmt {
 
+// The list is a ring (the tail's next is the head): a second chance moves the oldest entry
+// to the head by moving the two ends, and writes no entry's links. Relinking it wrote its
+// neighbour and the old head, at every entry an eviction passed over (random gets through a
+// cache at its limit pass over 1-2 a miss).
 void Cache::lru_push_head(Entry *e) noexcept
 {
-    e->lru_prev = nullptr;
+    if (!lru_head_) {
+        e->lru_prev = e->lru_next = e;
+        lru_head_ = lru_tail_ = e;
+        return;
+    }
     e->lru_next = lru_head_;
-    if (lru_head_)
-        lru_head_->lru_prev = e;
+    e->lru_prev = lru_tail_;
+    lru_head_->lru_prev = e;
+    lru_tail_->lru_next = e;
     lru_head_ = e;
-    if (!lru_tail_)
-        lru_tail_ = e;
 }
 
 void Cache::lru_unlink(Entry *e) noexcept
 {
-    if (e->lru_prev)
+    if (e->lru_next == e) {
+        lru_head_ = lru_tail_ = nullptr;
+    } else {
         e->lru_prev->lru_next = e->lru_next;
-    else
-        lru_head_ = e->lru_next;
-    if (e->lru_next)
         e->lru_next->lru_prev = e->lru_prev;
-    else
-        lru_tail_ = e->lru_prev;
+        if (lru_head_ == e)
+            lru_head_ = e->lru_next;
+        if (lru_tail_ == e)
+            lru_tail_ = e->lru_prev;
+    }
     e->lru_prev = e->lru_next = nullptr;
+}
+
+void Cache::lru_second_chance() noexcept
+{
+    lru_head_ = lru_tail_;
+    lru_tail_ = lru_tail_->lru_prev;
 }
 
 void Cache::evict_for_insert(Entry *keep) noexcept
@@ -83,9 +98,8 @@ size_t Cache::evict_locked(Device *for_dev, Entry *keep, size_t want, size_t add
         bool recently_used = e->used.load(std::memory_order_relaxed) != 0;
         if (e == keep || recently_used || (!has_dev && !over_limits(nullptr, 0))) {
             // Second chance: it was used since it last reached the head.
-            lru_unlink(e);
             e->used.store(0, std::memory_order_relaxed);
-            lru_push_head(e);
+            lru_second_chance();
             continue;
         }
         remove_entry(e);

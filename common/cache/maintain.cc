@@ -39,8 +39,9 @@ int Cache::invalidate_reg(Reg *target)
 
 void Cache::retire_all_of(Device *dev) noexcept
 {
+    Entry *last = lru_tail_;  // the LRU list is a ring: once round, from the head
     for (Entry *e = lru_head_, *next; e; e = next) {
-        next = e->lru_next;
+        next = e == last ? nullptr : e->lru_next;
         bool retired;
         Reg *keep = retire_device_regs(e, dev, &retired);
         e->regs.store(keep, std::memory_order_release);
