@@ -208,6 +208,12 @@ int    vmt_get_handle(struct vmt_device *dev, const void *addr, size_t len, unsi
  * access bits, a range that wraps), -EAGAIN. Since 0.1. */
 int    vmt_get_memo(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                     struct vmt_reg **out, void **handle);
+/* (Extension) vmt_get_handle without its first look, the memo's: the index, then a
+ * registration if the range is not cached. The same answers and errors as vmt_get_handle (the
+ * memo only caches what the index holds); for the caller whose vmt_get_memo has just said
+ * -EAGAIN, which would otherwise pay for the memo's lookup twice on every miss. Since 0.1. */
+int    vmt_get_handle_walk(struct vmt_device *dev, const void *addr, size_t len,
+                           unsigned access, struct vmt_reg **out, void **handle);
 /* Releases a registration from vmt_get, from any thread. NULL is ignored; a second put of the
  * same hold is misuse (logged; aborts in --enable-debug builds). */
 void   vmt_put(struct vmt_reg *reg);

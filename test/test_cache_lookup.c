@@ -247,9 +247,54 @@ START_TEST(get_memo_answers_only_from_the_memo)
 }
 END_TEST
 
+/* vmt_get_handle_walk gives what vmt_get_handle gives, from the index (never the memo): the
+ * cached registration and its handle for a cached range, a registration for one that is not,
+ * and vmt_get_handle's errors. */
+START_TEST(get_handle_walk_skips_only_the_memo)
+{
+    struct fixture fx;
+    fixture_open(&fx, "none", 0);
+    char *buf = map_anon(8 * page);
+    struct vmt_reg *r, *cached;
+    void *h = NULL;
+
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, buf, 2 * page, VMT_ACCESS_READ, &cached, &h), 0);
+    ck_assert_ptr_eq(h, vmt_reg_handle(cached));
+    ck_assert_uint_eq(stats_of(fx.cache).registrations, 1);
+    vmt_put(cached);
+    for (int i = 0; i < 4; i++)
+        (void)hit_came_from_memo(&fx, buf, page);  /* what the memo holds, if it is on */
+    struct vmt_stats before = stats_of(fx.cache);
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, buf + 10, 100, VMT_ACCESS_READ, &r, &h), 0);
+    ck_assert_ptr_eq(r, cached);
+    ck_assert_ptr_eq(h, vmt_reg_handle(cached));
+    struct vmt_stats after = stats_of(fx.cache);
+    ck_assert_uint_eq(after.hits, before.hits + 1);
+    ck_assert_uint_eq(after.memo_hits, before.memo_hits);  /* the index answered */
+    ck_assert_uint_eq(after.registrations, before.registrations);
+    vmt_put(r);
+    /* more rights than cached: a registration with them, as vmt_get_handle would make */
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, buf, page, VMT_ACCESS_READ | VMT_ACCESS_WRITE,
+                                         &r, &h), 0);
+    ck_assert(vmt_reg_access(r) & VMT_ACCESS_WRITE);
+    ck_assert_uint_eq(stats_of(fx.cache).registrations, 2);
+    vmt_put(r);
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, buf, page, VMT_ACCESS_READ, &r, NULL), -EINVAL);
+    ck_assert_int_eq(vmt_get_handle_walk(NULL, buf, page, VMT_ACCESS_READ, &r, &h), -EINVAL);
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, buf, page, VMT_ACCESS_READ, NULL, &h), -EINVAL);
+    ck_assert_int_eq(vmt_get_handle_walk(fx.dev, (void *)(UINTPTR_MAX - 10), page,
+                                         VMT_ACCESS_READ, &r, &h), -EINVAL);
+    ck_assert_int_eq(vmt_flush(fx.cache), 0);
+    ck_assert_int_eq(atomic_load(&fx.fake.live), 0);
+    munmap(buf, 8 * page);
+    fixture_close(&fx);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {hit_and_miss, index_many, get_handle_gives_the_registrations_handle,
-                                  get_memo_answers_only_from_the_memo, NULL};
+                                  get_memo_answers_only_from_the_memo,
+                                  get_handle_walk_skips_only_the_memo, NULL};
     return check_run_cases("cache lookup", 60, cases);
 }

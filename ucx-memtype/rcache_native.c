@@ -506,7 +506,8 @@ struct get_call {
     ucs_rcache_region_t **region_p;
 };
 
-/* Everything but a memo hit: the request in t_req for dev_reg, then vmt_get_handle. */
+/* Everything but a memo hit: the request in t_req for dev_reg, then the index and a
+ * registration (vmt_get_handle_walk: vmt_get_memo has looked at the memo already). */
 static __attribute__((noinline)) ucs_status_t get_registering(const struct get_call *c)
 {
     struct native_rcache *nr = native_of(c->rcache);
@@ -529,7 +530,7 @@ static __attribute__((noinline)) ucs_status_t get_registering(const struct get_c
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
-    ret = vmt_get_handle(d, c->address, c->length, access_of(c->prot), &v, (void **)&h);
+    ret = vmt_get_handle_walk(d, c->address, c->length, access_of(c->prot), &v, (void **)&h);
     t_req = req.prev;
     if (ret < 0)
         return req.status != UCS_OK ? req.status : errno_to_status(ret);

@@ -664,6 +664,17 @@ extern "C" int vmt_get_handle(struct vmt_device *dev, const void *addr, size_t l
     return vmt::get_inline(dev, addr, len, access, out, handle);
 }
 
+// The memo is a cache of the index: leaving it out changes where the answer comes from, not
+// the answer.
+extern "C" int vmt_get_handle_walk(struct vmt_device *dev, const void *addr, size_t len,
+                                   unsigned access, struct vmt_reg **out, void **handle)
+{
+    if (__builtin_expect(!handle, 0))
+        return -EINVAL;
+    return vmt::get_rare_handle(reinterpret_cast<vmt::Device *>(dev), addr, len, access, out,
+                                vmt::kMemoMiss, handle);
+}
+
 extern "C" int vmt_get_memo(struct vmt_device *dev, const void *addr, size_t len,
                             unsigned access, struct vmt_reg **out, void **handle)
 {
