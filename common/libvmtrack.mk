@@ -38,7 +38,12 @@ libvmtrack_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/common $(URING_CFLAGS) $
 # LTO_FLAGS: link-time optimisation unless configured --disable-lto (configure.ac says why).
 libvmtrack_la_CXXFLAGS = $(AM_CXXFLAGS) -falign-functions=64 $(LTO_FLAGS)
 libvmtrack_la_LIBADD = $(URING_LIBS) $(IBVERBS_LIBS) -lpthread -ldl
+# -z nodelete: once loaded, never unloaded. The library patches libc to jump into it (hooks)
+# and runs threads of its own (the uffd tracker's monitor); a dlclose of whatever loaded it
+# (Open MPI closes its components at MPI_Finalize) unloaded it under a monitor thread, which
+# then ran unmapped code at its next event (an Open MPI singleton with the uffd tracker,
+# segfaulting 10 times in 150 runs on a loaded machine).
 libvmtrack_la_LDFLAGS = -version-info 0:0:0 -Wl,--version-script=$(srcdir)/common/libvmtrack.map \
-	$(LTO_FLAGS)
+	-Wl,-z,nodelete $(LTO_FLAGS)
 EXTRA_libvmtrack_la_DEPENDENCIES = common/libvmtrack.map
 EXTRA_DIST += common/libvmtrack.map doc/trackers.md

@@ -47,6 +47,14 @@ test_test_cache_reclaim_LDADD = $(TEST_LDADD)
 
 # The membarrier registration made when libvmtrack is loaded (no Check: it must look before
 # anything else in the process runs).
+# libvmtrack stays loaded after a dlclose of what loaded it (its trackers live on).
+check_PROGRAMS += test/test_stays_loaded
+TESTS += test/test_stays_loaded
+test_test_stays_loaded_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/test \
+	-DVMT_LIBVMTRACK_PATH='"$(abs_top_builddir)/.libs/libvmtrack.so.0"'
+test_test_stays_loaded_LDADD = -ldl
+EXTRA_test_test_stays_loaded_DEPENDENCIES = libvmtrack.la
+
 check_PROGRAMS += test/test_membarrier_at_load
 TESTS += test/test_membarrier_at_load
 test_test_membarrier_at_load_CFLAGS = $(AM_CFLAGS)
