@@ -243,6 +243,16 @@ private:
     // whose pages did not change since it was watched, or nullptr.
     Reg *registered_meanwhile(Device *dev, uintptr_t a0, uintptr_t a1,
                               unsigned access) const noexcept;
+    // insert_plan's way out without an insert: the registration and entry it took from the
+    // pools go back, `instead` (if any) is held for the caller under the lock, and after g's
+    // unlock the device's registration and the plan's watch are given back.
+    void give_back_plan(Device *dev, const Plan &plan, Reg *r, Entry *ne, Reg *instead,
+                        ThreadRecord *t, std::unique_lock<SpinLock> &g) noexcept;
+    // insert_plan where the index had no room for the new entry's nodes: r is served
+    // uncached (held once by the caller, its watch given back after g's unlock), and what
+    // the device's soft limit evicted meanwhile is reclaimed.
+    void serve_unindexed(Reg *r, Entry *ne, const Plan &plan, bool device_evicted,
+                         std::unique_lock<SpinLock> &g) noexcept;
     void join_entry(Device *dev, Entry *base, Reg *r) noexcept;
     bool insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
                       bool index_as_planned) noexcept;

@@ -458,6 +458,37 @@ __attribute__((noinline, cold)) Reg *Cache::registered_meanwhile(Device *dev, ui
     return nullptr;
 }
 
+void Cache::give_back_plan(Device *dev, const Plan &plan, Reg *r, Entry *ne, Reg *instead,
+                           ThreadRecord *t, std::unique_lock<SpinLock> &g) noexcept
+{
+    count_deregistration(plan.end - plan.start);
+    if (r)
+        regs_.free(r);
+    if (ne)
+        entries_.free(ne);
+    if (instead)
+        take_hold(t, instead);
+    g.unlock();
+    deregister(dev, plan.handle);
+    if (!plan.base)
+        tracker_->unwatch(plan.start, plan.end - plan.start, plan.watch);
+}
+
+void Cache::serve_unindexed(Reg *r, Entry *ne, const Plan &plan, bool device_evicted,
+                            std::unique_lock<SpinLock> &g) noexcept
+{
+    reg_set_state(r, kRegUncached);
+    r->shared_holds.store(1, std::memory_order_relaxed);
+    count_retiring_left();
+    write_end();
+    g.unlock();
+    tracker_->unwatch(plan.start, plan.end - plan.start, plan.watch);
+    ne->watched = false;
+    counts_.uncached.fetch_add(1, std::memory_order_relaxed);
+    if (device_evicted)
+        reclaim();
+}
+
 int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                        ThreadRecord *t, Reg **out) noexcept
 {
@@ -484,17 +515,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
                          ? registered_meanwhile(dev, a0, a1, plan.access)
                          : nullptr;
     if (!valid || entry_full || meanwhile) {
-        count_deregistration(u1 - u0);
-        if (r)
-            regs_.free(r);
-        if (ne)
-            entries_.free(ne);
-        if (meanwhile)
-            take_hold(t, meanwhile);
-        g.unlock();
-        deregister(dev, plan.handle);
-        if (!plan.base)
-            tracker_->unwatch(u0, u1 - u0, plan.watch);
+        give_back_plan(dev, plan, r, ne, meanwhile, t, g);
         if (meanwhile) {
             *out = meanwhile;
             return 0;
@@ -528,18 +549,8 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
                           evict_soft_locked(dev, target, u1 - u0);
     dev->regions++;
     dev->bytes += u1 - u0;
-    if (!target) {
-        // Out of memory for index nodes: serve this one uncached.
-        reg_set_state(r, kRegUncached);
-        r->shared_holds.store(1, std::memory_order_relaxed);
-        count_retiring_left();
-        write_end();
-        g.unlock();
-        tracker_->unwatch(u0, u1 - u0, plan.watch);
-        ne->watched = false;
-        counts_.uncached.fetch_add(1, std::memory_order_relaxed);
-        if (device_evicted)
-            reclaim();
+    if (!target) {  // out of memory for index nodes
+        serve_unindexed(r, ne, plan, device_evicted, g);
         *out = r;
         return 0;
     }
