@@ -139,6 +139,9 @@ struct Entry {
 };
 static_assert(sizeof(Entry) <= 64, "an entry is one cache line");
 constexpr uint16_t kMaxRegsAlive = UINT16_MAX;
+// The most of a soft-limited device's evictions that wait for each other (Device::soft_batch,
+// lifecycle.cc), and so the most a reclaim in a miss's lock turn takes (TakenLimbo).
+constexpr size_t kSoftBatchMax = 16;
 
 // vmt_get's, vmt_get_handle's and vmt_get_memo's common path (hit.cc, the only place that
 // uses it); kMemoOnly: vmt_get_memo, which answers -EAGAIN where the others look further.
@@ -385,9 +388,9 @@ private:
     // caller reclaims as it would have) and, for what no thread holds, counted and freed
     // there, the lock being held anyway; after it, the device calls.
     struct TakenLimbo {
-        // A device's soft batch at once (soft_batch_for: 16 at most); past this, the ordinary
-        // pass does the rest (8 left half of each batch to a second turn of the lock).
-        static constexpr int kMax = 16;
+        // A device's soft batch at once; past this, the ordinary pass does the rest (8 left
+        // half of each batch to a second turn of the lock).
+        static constexpr int kMax = (int)kSoftBatchMax;
         bool taken = false;  // reclaim_lock_ is held until reclaim_taken
         int count = 0;
         Device *dev[kMax];

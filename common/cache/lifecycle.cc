@@ -167,9 +167,9 @@ Cache::~Cache()
 // How many of a soft-limited device's evictions wait for each other (Device::soft_batch):
 // one reclaim for several saves its fixed cost (the reclaim lock, the reader check's fence,
 // a lock turn) at every miss past the limit, and the device holds at most a 32nd of its
-// max_regions more, 16 at most. A byte limit (max_bytes) keeps the evictions at once: a
-// few large registrations past it may be what the limit is there to prevent.
-constexpr size_t kSoftBatchMax = 16;
+// max_regions more, kSoftBatchMax (cache.h) at most. A byte limit (max_bytes) keeps the
+// evictions at once: a few large registrations past it may be what the limit is there to
+// prevent.
 constexpr size_t kSoftBatchShare = 32;
 
 static size_t soft_batch_for(const struct vmt_device_ops &ops)
