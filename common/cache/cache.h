@@ -242,6 +242,12 @@ private:
     int insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan, bool allow_merge,
                     ThreadRecord *t, Reg **out) noexcept;
     bool plan_still_valid(const Plan &plan) const noexcept;
+    // Under the lock: `below` (the entry with the greatest start <= a request's), if it covers
+    // the request up to a1 and its pages did not change since it was watched, else nullptr.
+    Entry *covering_unchanged(Entry *below, uintptr_t a1) const noexcept;
+    // Under the lock: dev's registration of e (an entry has at most one per device: an
+    // upgrade retires the one it replaces), or nullptr.
+    static Reg *device_reg_of(const Entry *e, const Device *dev) noexcept;
     // Under the lock: dev's registration of a cached range covering [a0, a1) with `access`,
     // whose pages did not change since it was watched, or nullptr.
     Reg *registered_meanwhile(Device *dev, uintptr_t a0, uintptr_t a1,

@@ -317,11 +317,8 @@ bool Cache::plan_locked(Device *dev, uintptr_t a0, uintptr_t a1, unsigned access
     } else {
         below = static_cast<Entry *>(index_.floor_w(a0, &above));
     }
-    Entry *e = below && below->end.load(std::memory_order_relaxed) >= a1 ? below : nullptr;
-    if (e && !watch_changed(e)) {
-        for (Reg *r = e->regs.load(); r; r = r->next.load()) {
-            if (r->dev.load() != dev)
-                continue;
+    if (Entry *e = covering_unchanged(below, a1)) {
+        if (Reg *r = device_reg_of(e, dev)) {
             if ((reg_access(r) & access) == access) {
                 // Another thread registered it meanwhile.
                 take_hold(t, r);
@@ -441,6 +438,22 @@ bool Cache::plan_still_valid(const Plan &plan) const noexcept
            !watch_changed(plan.base);
 }
 
+Entry *Cache::covering_unchanged(Entry *below, uintptr_t a1) const noexcept
+{
+    return below && below->end.load(std::memory_order_relaxed) >= a1 && !watch_changed(below)
+               ? below
+               : nullptr;
+}
+
+Reg *Cache::device_reg_of(const Entry *e, const Device *dev) noexcept
+{
+    for (Reg *r = e->regs.load(std::memory_order_relaxed); r;
+         r = r->next.load(std::memory_order_relaxed))
+        if (r->dev.load(std::memory_order_relaxed) == dev)
+            return r;
+    return nullptr;
+}
+
 // Out of line and cold: only a race between threads needs it, and the miss's common path
 // stays as it was (inlined, a random miss through the UCX module measured 1-3 ns slower).
 __attribute__((noinline, cold)) Reg *Cache::registered_meanwhile(Device *dev, uintptr_t a0,
@@ -448,14 +461,9 @@ __attribute__((noinline, cold)) Reg *Cache::registered_meanwhile(Device *dev, ui
                                                                  unsigned access) const noexcept
 {
     void *above;
-    Entry *e = static_cast<Entry *>(index_.floor_w(a0, &above));
-    if (!e || e->end.load(std::memory_order_relaxed) < a1 || watch_changed(e))
-        return nullptr;
-    for (Reg *r = e->regs.load(std::memory_order_relaxed); r;
-         r = r->next.load(std::memory_order_relaxed))
-        if (r->dev.load(std::memory_order_relaxed) == dev && (reg_access(r) & access) == access)
-            return r;
-    return nullptr;
+    Entry *e = covering_unchanged(static_cast<Entry *>(index_.floor_w(a0, &above)), a1);
+    Reg *r = e ? device_reg_of(e, dev) : nullptr;
+    return r && (reg_access(r) & access) == access ? r : nullptr;
 }
 
 void Cache::give_back_plan(Device *dev, const Plan &plan, Reg *r, Entry *ne, Reg *instead,
