@@ -458,22 +458,35 @@ void Cache::reclaim_list(Reg *list) noexcept
 {
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
-        Reg *r = list;
-        list = r->next.load(std::memory_order_relaxed);
-        int64_t held = holds_of(r);
-        if (held > 0) {
-            if (!(r->bits.load(std::memory_order_relaxed) & kBitsDeferred)) {
-                r->bits.fetch_or(kBitsDeferred, std::memory_order_relaxed);
-                counts_.deferred.fetch_add(1, std::memory_order_relaxed);
-            }
-            r->next.store(keep, std::memory_order_relaxed);
-            keep = r;
-            continue;
+        // A chunk at a time, so that threads' records are read once per chunk
+        // (holds_in_threads_many).
+        Reg *chunk[kReclaimBatch];
+        HoldKey ids[kReclaimBatch];
+        int64_t held[kReclaimBatch];
+        size_t n = 0;
+        for (; list && n < kReclaimBatch; n++) {
+            chunk[n] = list;
+            ids[n] = hold_key(list);
+            list = list->next.load(std::memory_order_relaxed);
         }
-        if (reg_state(r) != kRegDead)  // Dead: detach deregistered it (deregister_held)
-            deregister(r->dev.load(std::memory_order_relaxed), r->handle.load(std::memory_order_relaxed));
-        r->next.store(done, std::memory_order_relaxed);
-        done = r;
+        holds_in_threads_many(ids, held, n);
+        for (size_t i = 0; i < n; i++) {
+            Reg *r = chunk[i];
+            if (held[i] + r->shared_holds.load(std::memory_order_acquire) > 0) {
+                if (!(r->bits.load(std::memory_order_relaxed) & kBitsDeferred)) {
+                    r->bits.fetch_or(kBitsDeferred, std::memory_order_relaxed);
+                    counts_.deferred.fetch_add(1, std::memory_order_relaxed);
+                }
+                r->next.store(keep, std::memory_order_relaxed);
+                keep = r;
+                continue;
+            }
+            if (reg_state(r) != kRegDead)  // Dead: detach deregistered it (deregister_held)
+                deregister(r->dev.load(std::memory_order_relaxed),
+                           r->handle.load(std::memory_order_relaxed));
+            r->next.store(done, std::memory_order_relaxed);
+            done = r;
+        }
     }
     release_entries(free_reclaimed(done, keep));
 }

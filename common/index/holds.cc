@@ -155,6 +155,28 @@ int64_t holds_in_threads(HoldKey id) noexcept
     return sum;
 }
 
+void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n) noexcept
+{
+    for (size_t i = 0; i < n; i++)
+        sums[i] = 0;
+    for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+        uint64_t slots[kHoldSlots];
+        bool any = false;
+        for (unsigned k = 0; k < kHoldSlots; k++) {
+            slots[k] = r->slots[k].load(kHoldSumOrder);
+            any |= slot_count(slots[k]) != 0;
+        }
+        for (size_t i = 0; any && i < n; i++) {
+            unsigned h = slot_home(ids[i]);
+            for (unsigned k = 0; k < kHoldProbe; k++) {
+                uint64_t s = slots[(h + k) & (kHoldSlots - 1)];
+                if (slot_id(s) == ids[i])
+                    sums[i] += slot_count(s);
+            }
+        }
+    }
+}
+
 namespace {
 // A full barrier on every CPU that runs a thread of this process, without membarrier: taking
 // write permission away from a page this process has written makes the kernel shoot down its

@@ -125,6 +125,10 @@ inline bool hold_remove(ThreadRecord *t, HoldKey id) noexcept
 
 // Sum of all threads' slot holds of `id` (call after reader_barrier()).
 int64_t holds_in_threads(HoldKey id) noexcept;
+// The same for ids[0..n), into sums[0..n): each thread's slots are read once for all of them.
+// A reclaim pass that asked per id read another thread's record, which that thread writes at
+// each get and put, once per registration: the line moved between CPUs for each.
+void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n) noexcept;
 
 // Whether readers must fence themselves (membarrier unavailable).
 extern std::atomic<bool> g_readers_fence __attribute__((visibility("hidden")));
