@@ -413,7 +413,9 @@ private:
     // may_wait: a batch's pass, which may leave its list to wait for a grace period
     // (after_grace); else everything retired and not held is deregistered before it returns.
     void reclaim_pass(bool may_wait) noexcept;
-    Reg *after_grace(Reg *list, size_t bytes, bool may_wait) noexcept;
+    // *quiet_bound: where all it returns waited for grace periods, the newest of them (see
+    // reclaim_list), else 0.
+    Reg *after_grace(Reg *list, size_t bytes, bool may_wait, uint64_t *quiet_bound) noexcept;
     Reg *take_waiting() noexcept;                 // all of waiting_ (reclaim_lock_ held)
     static Reg *join_regs(Reg *a, Reg *b) noexcept;  // b after a (lists linked by next)
     // reclaim() once a batch has gathered, or at once where the reader barrier is free.
@@ -429,7 +431,8 @@ private:
     Reg *detach_limbo_locked() noexcept;  // all of limbo_, for a pass (lock_ held)
     // A pass's work on a list taken from limbo_, after the reader barrier: deregisters and
     // frees what no thread holds, puts the rest back in limbo_.
-    void reclaim_list(Reg *list) noexcept;
+    // quiet_bound: as holds_in_threads_many's, for all of list.
+    void reclaim_list(Reg *list, uint64_t quiet_bound) noexcept;
     void release_entries(Entry *list) noexcept;            // and its part after
     // The device call of a deregistration; its counters are count_deregistration's, under
     // lock_ (so that a miss pays no atomic read-modify-write for statistics).

@@ -358,8 +358,11 @@ void Cache::reclaim_pass(bool may_wait) noexcept
         if (work)
             add_under_lock(counts_.reclaim_passes, uint64_t{1});
     }
-    if (work)
-        reclaim_list(after_grace(list, bytes, may_wait));
+    if (work) {
+        uint64_t quiet_bound;
+        list = after_grace(list, bytes, may_wait, &quiet_bound);
+        reclaim_list(list, quiet_bound);
+    }
 }
 
 // What of `list` (just taken from limbo_, `bytes` of it new) and of the waiting batches no
@@ -371,15 +374,19 @@ void Cache::reclaim_pass(bool may_wait) noexcept
 // 5-25 us each on these VMs, the half of their time). With both slots waiting, or at a
 // reclaim that must finish (flush, detach, a device that refuses past its limit), the
 // barrier serves everything.
-Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
+Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait, uint64_t *quiet_bound) noexcept
 {
     Reg *ready = nullptr;
+    uint64_t newest_ready = 0;
+    *quiet_bound = 0;
     if (!reader_barrier_if_free()) {
         uint64_t seen = waiting_nonempty() ? grace_seen_by_all() : 0;
         WaitingBatch *free_slot = nullptr;
         for (WaitingBatch &w : waiting_) {
-            if (w.list && w.period <= seen)
+            if (w.list && w.period <= seen) {
+                newest_ready = std::max(newest_ready, w.period);
                 ready = join_regs(take_batch(w), ready);
+            }
             if (!w.list && !free_slot)
                 free_slot = &w;
         }
@@ -387,8 +394,10 @@ Reg *Cache::after_grace(Reg *list, size_t bytes, bool may_wait) noexcept
             park_batch(*free_slot, list, bytes);
             list = nullptr;
         }
-        if (!list && (may_wait || !waiting_nonempty()))
+        if (!list && (may_wait || !waiting_nonempty())) {
+            *quiet_bound = newest_ready;
             return ready;
+        }
         if (reader_barrier())
             counts_.reclaim_barriers.fetch_add(1, std::memory_order_relaxed);
     }
@@ -454,7 +463,7 @@ Reg *Cache::detach_limbo_locked() noexcept
     return list;
 }
 
-void Cache::reclaim_list(Reg *list) noexcept
+void Cache::reclaim_list(Reg *list, uint64_t quiet_bound) noexcept
 {
     Reg *keep = nullptr, *done = nullptr;
     while (list) {
@@ -469,7 +478,7 @@ void Cache::reclaim_list(Reg *list) noexcept
             ids[n] = hold_key(list);
             list = list->next.load(std::memory_order_relaxed);
         }
-        holds_in_threads_many(ids, held, n);
+        holds_in_threads_many(ids, held, n, quiet_bound);
         for (size_t i = 0; i < n; i++) {
             Reg *r = chunk[i];
             if (held[i] + r->shared_holds.load(std::memory_order_acquire) > 0) {
@@ -608,7 +617,7 @@ void Cache::reclaim_taken(TakenLimbo *tk) noexcept
     for (int i = 0; i < tk->count; i++)
         deregister(tk->dev[i], tk->handle[i]);
     if (tk->rest)
-        reclaim_list(tk->rest);
+        reclaim_list(tk->rest, 0);
     t_in_reclaim = false;
     reclaim_lock_.unlock();
     if (t_reclaim_again) {  // a dereg put a registration of this cache

@@ -59,6 +59,19 @@ bool record_empty(const ThreadRecord *r)
     return true;
 }
 
+}  // namespace
+
+void note_new_period(ThreadRecord *t, uint64_t seen) noexcept
+{
+    // After the period's load (the caller's acquire): nothing retired before it began can be
+    // found from here on, and nothing is held now.
+    if (record_empty(t))
+        t->quiet_since.store(seen, std::memory_order_release);
+    t->grace_seen.store(seen, std::memory_order_release);
+}
+
+namespace {
+
 void membarrier_setup()
 {
     if (g_membarrier_state.load() != 0)
@@ -155,11 +168,14 @@ int64_t holds_in_threads(HoldKey id) noexcept
     return sum;
 }
 
-void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n) noexcept
+void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n,
+                           uint64_t quiet_bound) noexcept
 {
     for (size_t i = 0; i < n; i++)
         sums[i] = 0;
     for (ThreadRecord *r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+        if (quiet_bound && r->quiet_since.load(std::memory_order_acquire) >= quiet_bound)
+            continue;
         uint64_t slots[kHoldSlots];
         bool any = false;
         for (unsigned k = 0; k < kHoldSlots; k++) {

@@ -49,6 +49,10 @@ struct alignas(64) ThreadRecord {
     // The grace period this thread had seen when it last entered vmt_get's full path or made
     // a slow put (note_reader_progress): see grace_seen_by_all.
     std::atomic<uint64_t> grace_seen{0};
+    // The latest of those periods that this thread noted while it held nothing (no slot in
+    // use): it holds none of what was retired before that period began, and never will, so a
+    // reclaim of such registrations need not read its slots (holds_in_threads_many).
+    std::atomic<uint64_t> quiet_since{0};
 };
 
 // The calling thread's record (created on first use; nullptr only when out of memory).
@@ -128,7 +132,11 @@ int64_t holds_in_threads(HoldKey id) noexcept;
 // The same for ids[0..n), into sums[0..n): each thread's slots are read once for all of them.
 // A reclaim pass that asked per id read another thread's record, which that thread writes at
 // each get and put, once per registration: the line moved between CPUs for each.
-void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n) noexcept;
+// quiet_bound: 0, or a grace period every one of the ids was retired before: threads quiet
+// since then (ThreadRecord::quiet_since) are not read. Each read of a record that its thread
+// keeps writing moves four lines to this CPU and back.
+void holds_in_threads_many(const HoldKey *ids, int64_t *sums, size_t n,
+                           uint64_t quiet_bound) noexcept;
 
 // Whether readers must fence themselves (membarrier unavailable).
 extern std::atomic<bool> g_readers_fence __attribute__((visibility("hidden")));
@@ -155,11 +163,13 @@ bool reader_barrier_if_free() noexcept;
 // nothing (or only hits while nothing is retired) never notes: the reclaimer falls back to the
 // barrier then.
 extern std::atomic<uint64_t> g_grace_period __attribute__((visibility("hidden")));
+// note_reader_progress's store of a period it had not seen (and of quiet_since).
+void note_new_period(ThreadRecord *t, uint64_t seen) noexcept;
 inline void note_reader_progress(ThreadRecord *t) noexcept
 {
     uint64_t seen = g_grace_period.load(std::memory_order_acquire);
     if (t->grace_seen.load(std::memory_order_relaxed) != seen)
-        t->grace_seen.store(seen, std::memory_order_release);
+        note_new_period(t, seen);
 }
 // The new period's number.
 uint64_t begin_grace_period() noexcept;
