@@ -257,6 +257,8 @@ struct vmt_stats {
     uint64_t reclaim_barriers; /* passes that interrupted the process's other threads
                                   (membarrier); the others waited until those threads had
                                   called vmt_get again, or had none to wait for */
+    uint64_t lanes;           /* indexes the cache is made of (VMTRACK_LANES): threads that
+                                 miss on memory of different lanes do not wait for each other */
 };
 /* Fills the first stats->sz bytes (fields this library does not know read 0). Errors: -EINVAL
  * (NULL, sz smaller than the original struct). */

@@ -401,6 +401,48 @@ START_TEST(unmap_races_a_miss)
 }
 END_TEST
 
+/* fork() of a process whose cache has two lanes in use: the child starts with both empty and
+ * its unmaps reach both through the hooks (test_cache_lanes has the fork handler's own
+ * madvise under a patcher that invalidates). */
+static void *get_one_page(void *arg)
+{
+    struct fixture *e = arg;
+    vmt_put(get_ok(e->dev, (char *)e->fake.watched, page, VMT_ACCESS_READ));
+    return NULL;
+}
+
+START_TEST(fork_with_two_lanes)
+{
+    setenv("VMTRACK_LANES", "2", 1);
+    struct fixture e;
+    fixture_open_limited(&e, "hooks", 0, 1ul << 40, 0, 0);
+    unsetenv("VMTRACK_LANES");
+    ck_assert_uint_eq(stats_of(e.cache).lanes, 2);
+    /* Two threads, each its own lane, each in a 64 MiB granule of its own. */
+    size_t len = 256 * MB;
+    char *buf = map_anon(len);
+    for (int t = 0; t < 2; t++) {
+        pthread_t th;
+        atomic_store(&e.fake.watched, buf + (size_t)t * 128 * MB);
+        ck_assert_int_eq(pthread_create(&th, NULL, get_one_page, &e), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+    }
+    atomic_store(&e.fake.watched, NULL);
+    ck_assert_uint_eq(stats_of(e.cache).entries, 2);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        munmap(buf, len);  /* through the hooks, into both lanes */
+        _exit(stats_of(e.cache).entries == 0 ? 0 : 2);
+    }
+    int status = wait_child_within(pid, 20, "after fork()");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    munmap(buf, len);
+    fixture_close(&e);
+}
+END_TEST
+
 int main(void)
 {
     int rc = skip_unless_tracker("test_hooks", tracker_under_test);
@@ -417,6 +459,7 @@ int main(void)
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, auto_reports_hooks_available);
     tcase_add_test(tp, fork_while_patching);
+    tcase_add_test(tp, fork_with_two_lanes);
 #if defined(__SANITIZE_THREAD__)
     /* these read and write libc's code directly: TSan keeps no shadow for code */
     printf("(TSan build: the byte-level patching tests are left out)\n");

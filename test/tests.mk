@@ -17,7 +17,7 @@ EXTRA_DIST += test/README.md
 CACHE_TESTS = test/test_cache_lookup test/test_cache_misuse test/test_cache_evict \
 	test/test_cache_merge test/test_cache_holds test/test_cache_memo test/test_cache_devices \
 	test/test_cache_events test/test_cache_fork test/test_cache_config test/test_cache_threads \
-	test/test_cache_reclaim
+	test/test_cache_reclaim test/test_cache_lanes
 check_PROGRAMS += $(CACHE_TESTS)
 TESTS += $(CACHE_TESTS)
 test_test_cache_lookup_CFLAGS = $(TEST_CFLAGS)
@@ -44,6 +44,8 @@ test_test_cache_threads_CFLAGS = $(TEST_CFLAGS)
 test_test_cache_threads_LDADD = $(TEST_LDADD)
 test_test_cache_reclaim_CFLAGS = $(TEST_CFLAGS)
 test_test_cache_reclaim_LDADD = $(TEST_LDADD)
+test_test_cache_lanes_CFLAGS = $(TEST_CFLAGS)
+test_test_cache_lanes_LDADD = $(TEST_LDADD)
 
 # The membarrier registration made when libvmtrack is loaded (no Check: it must look before
 # anything else in the process runs).

@@ -175,6 +175,7 @@ extern "C" int vmtrack_cmd_info(int argc, char **argv)
         if (vmt_stats_get(cache, &st) == 0) {
             lines.push_back({"max entries", std::to_string(st.max_entries)});
             lines.push_back({"max bytes", std::to_string(st.max_bytes)});
+            lines.push_back({"lanes", std::to_string(st.lanes)});
         }
     }
     lines.push_back({"RLIMIT_MEMLOCK", memlock()});
@@ -183,7 +184,7 @@ extern "C" int vmtrack_cmd_info(int argc, char **argv)
     lines.push_back({"kernel module", probe_kmod()});
     std::string env;
     for (const char *name : {"VMTRACK_TRACKER", "VMTRACK_MAX_ENTRIES", "VMTRACK_MAX_BYTES",
-                             "VMTRACK_MERGE", "VMTRACK_STATS", "VMTRACK_LOG"}) {
+                             "VMTRACK_MERGE", "VMTRACK_LANES", "VMTRACK_STATS", "VMTRACK_LOG"}) {
         const char *v = getenv(name);
         env += std::string(name) + "=" + (v ? v : "(unset)") + "\n";
     }

@@ -14,7 +14,8 @@
 // One file per concern, each under the invariant it keeps: lifecycle.cc (create, destroy,
 // attach, detach), hit.cc (vmt_get, vmt_put, memo, tree hit), miss.cc, retire.cc (retire,
 // reclaim, the slow put), evict.cc, events.cc (invalidation, unmaps, subscribers, flush),
-// fork.cc, stats.cc; internal.h has what they share.
+// lanes.cc (a cache of several indexes, one per group of threads), fork.cc, stats.cc;
+// internal.h has what they share.
 #ifndef VMTRACK_COMMON_CACHE_H
 #define VMTRACK_COMMON_CACHE_H
 
@@ -48,6 +49,14 @@ constexpr unsigned kMemoTagShift = 48;
 constexpr uint64_t kMaxMemoDevices = (1ull << (64 - kMemoTagShift)) - 2;
 constexpr uint64_t kMemoSlotsOverflow = ~0ull;
 
+// Lanes (lanes.cc): a cache made of up to kMaxLanes indexes, each with its own lock, LRU list,
+// pools, memo and counts, so that threads missing on different memory do not share the lines
+// a miss writes. Memory is divided into granules of 64 MiB (the size of glibc's per-thread
+// heaps); the first thread that looks one up gives it to its home lane, for good.
+constexpr unsigned kMaxLanes = 8;
+constexpr unsigned kGranuleShift = 26;
+constexpr uintptr_t kGranules = uintptr_t{1} << (47 - kGranuleShift);  // user space: 47 bits
+
 struct Device {
     // What every vmt_get reads, written only at attach, detach and fork: a cache line of its
     // own. The counters below, which each miss and each reclaim write under the lock, shared
@@ -64,6 +73,11 @@ struct Device {
     bool forked_away = false;    // attached in the parent of a fork()
     bool check_words = false;    // the cache's tracker has validity words (kmod)
     uint32_t hits_offset = 0;    // of the cache's hit counter in a ThreadRecord
+    // A device with twins in the cache's other lanes (laned, below), once a lane other than
+    // the head's owns memory: the cache's granule owners (0: nobody yet, else the lane's
+    // number + 1). Until then (a process whose one thread uses the cache, all of it lane
+    // 0's) and for other devices, nullptr: the hit pays one test for lanes.
+    std::atomic<const std::atomic<uint8_t> *> lane_owner{nullptr};
     struct vmt_device_ops ops {};
     void *ctx = nullptr;
     alignas(64) size_t regions = 0;  // registrations alive (incl. retired, not yet deregistered)
@@ -79,7 +93,24 @@ struct Device {
     int attach_count = 0;        // under the cache's lock_
     std::string name;
     Device *next = nullptr;
+    // Where it has no limits of its own, a device of a cache with lanes has a twin in each
+    // (lane_devs[0] is itself); a twin, a device with limits or of a cache of one lane has
+    // none, and all its gets go to its own cache.
+    Device *lane_devs[kMaxLanes] = {};
+    bool laned = false;  // written before the device is handed out
 };
+
+// The device of the lane that owns addr's granule: d where d is not laned, or the granule is
+// nobody's yet (the full path gives it to the caller's lane: Cache::claim_granule).
+inline Device *lane_device(Device *d, uintptr_t addr) noexcept
+{
+    const std::atomic<uint8_t> *owners = d->lane_owner.load(std::memory_order_relaxed);
+    if (!owners)
+        return d;
+    uintptr_t g = addr >> kGranuleShift;
+    unsigned owner = g < kGranules ? owners[g].load(std::memory_order_relaxed) : 0;
+    return owner > 1 ? d->lane_devs[owner - 1] : d;
+}
 
 enum RegState : uint32_t {
     kRegLive = 0,      // in its entry's list, findable by hits
@@ -145,14 +176,14 @@ constexpr size_t kSoftBatchMax = 16;
 
 // vmt_get's, vmt_get_handle's and vmt_get_memo's common path (hit.cc, the only place that
 // uses it); kMemoOnly: vmt_get_memo, which answers -EAGAIN where the others look further.
-template <bool kMemoOnly = false>
+template <bool kMemoOnly = false, bool kRouted = false>
 inline int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                       struct vmt_reg **out, void **handle);
 
 class Cache final : public TrackerSink {
     // The hit path is flattened into vmt_get (hit.cc: get_inline), which reads the fields
     // below.
-    template <bool kMemoOnly>
+    template <bool kMemoOnly, bool kRouted>
     friend int get_inline(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                           struct vmt_reg **out, void **handle);
 
@@ -167,6 +198,7 @@ public:
     void put(Reg *reg, bool hold_released);
     int invalidate_manual(uintptr_t start, size_t len);
     int flush();
+    unsigned lanes() const noexcept { return nlanes_; }
     // One registration out of the cache, one device's unused registrations (maintain.cc).
     int invalidate_reg(Reg *r);
     int flush_device(Device *dev);
@@ -177,13 +209,13 @@ public:
     const std::string &tracker_report() const noexcept { return tracker_report_; }
     std::string tracker_details() const { return tracker_->describe(); }
 
-    // TrackerSink
+    // TrackerSink: the head's, for all its lanes (lanes.cc).
     void invalidate(uintptr_t start, size_t len) noexcept override;
     uint64_t unmap_begin(uintptr_t start, size_t len) noexcept override;
     void unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept override;
     void pause_hits() noexcept override;
     void resume_hits() noexcept override;
-    void reap() noexcept override { reclaim_if_due(); }
+    void reap() noexcept override;
 
     // fork() handlers for every cache (holds.cc has the thread side).
     static void prepare_fork() noexcept;
@@ -286,8 +318,12 @@ private:
     {
         // Only writers move seq_, under lock_: a store, not a locked add (a miss's insert and
         // every eviction end a section).
-        if (--write_depth_ == 0)
+        if (--write_depth_ == 0) {
             seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+            if (totals_ && (entry_count_ != published_entries_ ||
+                            bytes_cached_ != published_bytes_))
+                publish_counts();
+        }
     }
     // An entry leaves the index. remove_entry also logs its range as invalidated: a miss that
     // planned with the entry (a union that absorbs it, an upgrade) must plan again, since
@@ -328,6 +364,7 @@ private:
     // A miss's insert past the cache's limits: evicts, and lets what it retires for
     // max_entries alone wait for the batch while the pinned bytes stay within max_bytes.
     void evict_for_insert(Entry *keep) noexcept;
+    void evict_past_limits(Entry *keep) noexcept;  // evict_for_insert's eviction in this lane
     // A soft-limited device's insert past its limits (VMT_DEVICE_SOFT_LIMITS): evicts its
     // least recently used, which wait in limbo until dev->soft_batch of its registrations
     // are leaving. Whether they are due now (then the caller reclaims).
@@ -355,7 +392,7 @@ private:
     // Past the cache's limits, or (dev set) dev past its own with one more of adding_bytes.
     bool over_limits(Device *dev, size_t adding_bytes) const noexcept
     {
-        if (entry_count_ > max_entries_ || bytes_cached_ > max_bytes_)
+        if (entries_seen() > max_entries_ || bytes_seen() > max_bytes_)
             return true;
         return dev && device_full(dev, DeviceLeaving{}, adding_bytes);
     }
@@ -564,7 +601,8 @@ private:
     alignas(64) mutable SpinLock lock_;
     FutexEvent unmap_done_;          // an unmap ended (wait_for_unmaps)
     int unmap_waiters_ = 0;          // under lock_: threads in wait_for_unmaps
-    std::unique_ptr<Tracker> tracker_;
+    std::unique_ptr<Tracker> own_tracker_;  // the head's; its lanes share it
+    Tracker *tracker_ = nullptr;
     std::string tracker_report_;
     Pool<Entry> entries_;
     Pool<Reg> regs_;
@@ -575,6 +613,15 @@ private:
     size_t entry_count_ = 0;
     size_t bytes_cached_ = 0;      // sum of entry lengths in the index
     size_t max_entries_ = 0, max_bytes_ = 0;
+    // Lanes (below): the head's totals, where there are lanes; under lock_, this lane's counts
+    // as last added to them (publish_counts, at the end of a write section, only where they
+    // moved: a miss that evicts as it inserts writes nothing shared); its part of the limits;
+    // whether it is past the limits within its part.
+    struct LaneTotals;
+    LaneTotals *totals_ = nullptr;
+    size_t published_entries_ = 0, published_bytes_ = 0;
+    size_t share_entries_ = SIZE_MAX, share_bytes_ = SIZE_MAX;
+    bool wants_steal_ = false;
     uint16_t max_regs_alive_ = kMaxRegsAlive;  // Entry::regs_alive's bound (insert_plan)
     bool merge_ = true;
     int write_depth_ = 0;
@@ -662,7 +709,85 @@ private:
 
     std::atomic<bool> needs_fork_fixup_{false};
     Cache *next_cache_ = nullptr;  // in the list of all caches (for fork)
+
+    // ---- lanes (lanes.cc) ----
+    // The cache vmt_cache_create made is the head: it owns the tracker, the subscribers, the
+    // granule table and the other lanes, and is lane 0. Each lane is a whole cache of its own
+    // for what its granules hold; every tracker event goes to all of them (the head's sink
+    // methods), and the limits (max_entries, max_bytes) are the head's, for all lanes
+    // together (totals_). Devices with limits of their own stay in the head.
+    Cache *head_ = this;
+    unsigned lane_ = 0;                 // this lane's number
+    unsigned nlanes_ = 1;               // the head's
+    Cache *lanes_[kMaxLanes] = {};      // the head's; lanes_[0] is the head
+    std::atomic<uint8_t> *lane_owner_ = nullptr;  // the granule table (the head's), or nullptr
+    struct alignas(64) LaneTotals {
+        std::atomic<size_t> entries{0}, bytes{0};
+    };
+    LaneTotals lane_totals_;            // the head's: what every lane has published
+    // totals_, published_*, share_* and wants_steal_ are beside entry_count_, which every
+    // miss reads with them. What other lanes read of this one (steal_one):
+    std::atomic<size_t> lane_entries_{0}, lane_bytes_{0};
+    size_t entries_seen() const noexcept
+    {
+        return totals_ ? totals_->entries.load(std::memory_order_relaxed) - published_entries_ +
+                             entry_count_
+                       : entry_count_;
+    }
+    size_t bytes_seen() const noexcept
+    {
+        return totals_ ? totals_->bytes.load(std::memory_order_relaxed) - published_bytes_ +
+                             bytes_cached_
+                       : bytes_cached_;
+    }
+    void publish_counts() noexcept;
+    // How many lanes a cache with these limits gets (VMTRACK_LANES, the CPUs, the limits).
+    static unsigned lanes_for(size_t max_entries, size_t max_bytes) noexcept;
+    // The head's, at create: lanes 1..n-1, configured as the head.
+    int add_lanes(unsigned n, const struct vmt_cache_opts *opts, bool merge) noexcept;
+    // create's parts: limits and test settings from opts; what the tracker (the head's) tells
+    // the cache, and the head's hit counter; the list of all caches (fork).
+    void configure(const struct vmt_cache_opts *opts, bool merge) noexcept;
+    void adopt_tracker(Cache *head) noexcept;
+    void join_cache_list() noexcept;
+    // This lane's part of the limits; whether it holds more.
+    bool over_share() const noexcept;
+    // Past the limits, within its own share: the lane with most over its share evicts one
+    // (taking that lane's lock; called with none held).
+    void steal_one() noexcept;
+    // The per-lane work of the TrackerSink calls, flush and the rest.
+    void invalidate_lane(uintptr_t start, size_t len) noexcept;
+    uint64_t unmap_begin_lane(uintptr_t start, size_t len) noexcept;
+    void unmap_end_lane(uintptr_t start, size_t len, uint64_t token) noexcept;
+    void pause_lane() noexcept;
+    void resume_lane() noexcept;
+    void flush_lane() noexcept;
+    int flush_device_lane(Device *dev) noexcept;
+    void stats_lane(struct vmt_stats *v) noexcept;
+    // dev's twins in the other lanes (attach), and their detach.
+    int attach_lane_twins(Device *dev) noexcept;
+    // The first time a lane other than the head's owns memory: from now on the devices with
+    // twins route their gets (Device::lane_owner). Under lock_, as attach sets them up.
+    void route_devices() noexcept;
+    bool routing_ = false;                      // under lock_
+    std::atomic<bool> routing_seen_{false};     // routing_, read without the lock
+    void detach_lane_twins(Device *dev) noexcept;
+    // The full path's look at the granule of a: where nobody owns it yet, it becomes the
+    // calling thread's home lane's. The device to serve the get.
+    Device *claim_granule(Device *dev, uintptr_t a) noexcept;
+    unsigned home_lane() noexcept;          // the calling thread's, in this cache (the head)
+    std::atomic<unsigned> next_home_{0};
+    void populate_memo_once() noexcept;     // a lane's, at its first granule
+    std::atomic<bool> memo_populated_{false};
+    // An insert's granules that nobody owns yet become this lane's (a range that goes past
+    // its first granule is then found from every one of them).
+    void claim_granules(uintptr_t start, uintptr_t end) noexcept;
+    void destroy_lanes() noexcept;  // the head's destructor, before the tracker goes
 };
+
+// The memo's 2 MiB, aligned for a huge page; populate: faulted in now (lifecycle.cc).
+void *map_memo(bool populate);
+void populate_memo(void *memo);
 
 // The parts of vmt_get and vmt_put that are not the common hit (hit.cc).
 int get_full(Device *d, const void *addr, size_t len, unsigned access, struct vmt_reg **out);

@@ -86,7 +86,7 @@ void Cache::notify_subscribers(uintptr_t start, size_t len) noexcept
     pthread_rwlock_unlock(&subs_lock_);
 }
 
-void Cache::invalidate(uintptr_t start, size_t len) noexcept
+void Cache::invalidate_lane(uintptr_t start, size_t len) noexcept
 {
     if (!len)
         return;
@@ -94,7 +94,7 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
     if (remember_mapped_)
         mapped_blocks_.forget(start, end);
     size_t n;
-    if (t_paused == this) {
+    if (t_paused == head_) {
         n = invalidate_locked(start, end);
     } else {
         std::lock_guard<SpinLock> g(lock_);
@@ -109,7 +109,7 @@ void Cache::after_invalidation(size_t removed, uintptr_t start, size_t len) noex
         counts_.invalidations.fetch_add(removed, std::memory_order_relaxed);
     // Inside pause_hits the index lock is held: subscribers hear of it at resume_hits, so that
     // they may call into vmtrack. A full queue is delivered as it is (rare, and still correct).
-    if (t_paused == this && nsubs_ && paused_events_count_ < kMaxPausedEvents) {
+    if (t_paused == head_ && nsubs_ && paused_events_count_ < kMaxPausedEvents) {
         paused_events_[paused_events_count_++] = Range{start, start + len, 0};
         return;
     }
@@ -140,7 +140,7 @@ bool Cache::maybe_cached(uintptr_t start, uintptr_t end) const noexcept
     return true;  // no stable view of the index: take the locked path
 }
 
-uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
+uint64_t Cache::unmap_begin_lane(uintptr_t start, size_t len) noexcept
 {
     if (!len)
         return kLockedUnmap;
@@ -148,7 +148,7 @@ uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
     if (remember_mapped_)  // and again at unmap_end (mapped_blocks.h)
         mapped_blocks_.forget(start, end);
     // Subscribers hear of every unmap, and only the locked path tells them.
-    if (!nsubs_ && t_paused != this) {
+    if (!nsubs_ && t_paused != head_) {
         quick_unmaps_.fetch_add(1, std::memory_order_seq_cst);
         if (misses_active_.load(std::memory_order_seq_cst) == 0 && !maybe_cached(start, end))
             return kQuickUnmap;
@@ -174,7 +174,7 @@ uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
     return kLockedUnmap;
 }
 
-void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
+void Cache::unmap_end_lane(uintptr_t start, size_t len, uint64_t token) noexcept
 {
     if (!len)
         return;
@@ -210,16 +210,16 @@ void Cache::wait_for_unmaps(std::unique_lock<SpinLock> &g) noexcept
     unmap_waiters_--;
 }
 
-void Cache::pause_hits() noexcept
+void Cache::pause_lane() noexcept
 {
     lock_.lock();
-    t_paused = this;
+    t_paused = head_;
     write_begin();  // stops hits through the tree
     // ...and through the memo: the event being read may be for a range a memo slot holds.
     move_epoch();
 }
 
-void Cache::resume_hits() noexcept
+void Cache::resume_lane() noexcept
 {
     write_end();
     t_paused = nullptr;
@@ -233,19 +233,9 @@ void Cache::resume_hits() noexcept
         notify_subscribers(events[i].start, events[i].end - events[i].start);
 }
 
-int Cache::invalidate_manual(uintptr_t start, size_t len)
-{
-    if (!len || start + len < start)
-        return -EINVAL;
-    invalidate(start, len);
-    reclaim();
-    return 0;
-}
-
-int Cache::flush()
+void Cache::flush_lane() noexcept
 {
     maybe_after_fork();
-    tracker_->poll();
     {
         std::lock_guard<SpinLock> g(lock_);
         if (lru_head_) {
@@ -256,7 +246,6 @@ int Cache::flush()
         }
     }
     reclaim_settled();
-    return 0;
 }
 
 int Cache::subscribe(vmt_event_fn fn, void *arg)

@@ -56,6 +56,17 @@ void Cache::lru_second_chance() noexcept
 
 void Cache::evict_for_insert(Entry *keep) noexcept
 {
+    // A lane within its share leaves the eviction to the lanes past theirs (after the lock:
+    // steal_one), so that a thread's lane is not emptied by another thread's misses.
+    if (totals_ && !over_share()) {
+        wants_steal_ = true;
+        return;
+    }
+    evict_past_limits(keep);
+}
+
+void Cache::evict_past_limits(Entry *keep) noexcept
+{
     // The batch's bytes are still pinned: with them the cache must stay within max_bytes, or
     // they go at once like any other retirement.
     retire_may_wait_ = bytes_cached_ <= max_bytes_;

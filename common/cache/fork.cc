@@ -11,6 +11,9 @@
 #include "cache/cache.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <new>
@@ -73,12 +76,24 @@ void Cache::child_after_fork() noexcept
         c->quick_unmaps_.store(0);  // nor were the unmapping ones
         c->misses_active_.store(0);
         c->index_.reset_after_fork();  // the pools were consistent: lock_ was held
-        memset(static_cast<void *>(c->memo_), 0, kMemoSlots * sizeof(MemoSlot));
+        // Dropped, not cleared: zero pages come back as they are touched. A cache of eight
+        // lanes wrote (and so faulted in) 16 MiB in every child, most of it never used. By
+        // the system call itself: a patched madvise (Open MPI's patcher, vmtrack's hooks)
+        // invalidates, which takes the locks of the caches this loop has not reached yet.
+        if (syscall(SYS_madvise, c->memo_, kMemoSlots * sizeof(MemoSlot), MADV_DONTNEED) != 0)
+            memset(static_cast<void *>(c->memo_), 0, kMemoSlots * sizeof(MemoSlot));
+        c->memo_populated_.store(false);
         c->clear_live_sets();
         c->seq_.store(0);
         c->lru_head_ = c->lru_tail_ = nullptr;
         c->entry_count_ = 0;
         c->bytes_cached_ = 0;
+        c->published_entries_ = c->published_bytes_ = 0;
+        c->lane_entries_.store(0);
+        c->lane_bytes_.store(0);
+        c->lane_totals_.entries.store(0);
+        c->lane_totals_.bytes.store(0);
+        c->wants_steal_ = false;
         c->limbo_ = nullptr;
         c->limbo_nonempty_.store(false);
         c->limbo_new_.store(0);
@@ -104,6 +119,14 @@ void Cache::maybe_after_fork() noexcept
 {
     if (!needs_fork_fixup_.load(std::memory_order_acquire))
         return;
+    if (head_ != this) {  // a lane: the tracker is the head's, and follows the child once
+        head_->maybe_after_fork();
+        std::lock_guard<std::mutex> g(fork_fixup_lock_);
+        words_ = head_->words_;
+        caching_ = head_->caching_;
+        needs_fork_fixup_.store(false, std::memory_order_release);
+        return;
+    }
     // Not lock_: the tracker may unmap the parent's state, which comes back here as an event.
     std::lock_guard<std::mutex> g(fork_fixup_lock_);
     if (!needs_fork_fixup_.load())

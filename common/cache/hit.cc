@@ -440,6 +440,11 @@ int Cache::get(Device *dev, const void *addr, size_t len, unsigned access, Reg *
     ThreadRecord *t = thread_record();
     if (!t)
         return -ENOMEM;
+    if (dev->laned) {  // a granule nobody owned yet: it is this thread's lane's now
+        Device *to = claim_granule(dev, a);
+        if (to != dev)
+            return to->cache->get(to, addr, len, access, out);
+    }
     note_reader_progress(t);  // before this get's hold: see grace_seen_by_all
     // vmt_get has already tried the memo (or had no thread record yet): the tree is next.
     WalkHint hint;
@@ -565,6 +570,11 @@ namespace vmt {
 // registration's handle comes from the memo slot, read under its stamp like the rest: the
 // caller does not load the registration itself.
 template <bool kMemoOnly>
+int get_in_lane(Device *d, const void *addr, size_t len, unsigned access,
+                struct vmt_reg **out, void **handle);
+
+// kRouted: d is the device of a's lane already (get_in_lane).
+template <bool kMemoOnly, bool kRouted>
 __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, const void *addr,
                                                      size_t len, unsigned access,
                                                      struct vmt_reg **out, void **handle)
@@ -585,6 +595,11 @@ __attribute__((always_inline)) inline int get_inline(struct vmt_device *dev, con
         return -EINVAL;
     if (!kMemoOnly && __builtin_expect(!d || !out || a + len <= a, 0))
         goto rare;
+    // A device with lanes, once they are in use, goes to the lane that owns a's granule: by a
+    // tail call, so that the common path below keeps its registers (a test for lanes at its
+    // rare end kept the arguments alive across it, two more registers saved on every hit).
+    if (!kRouted && __builtin_expect(d->lane_owner.load(std::memory_order_relaxed) != nullptr, 0))
+        return get_in_lane<kMemoOnly>(d, addr, len, access, out, handle);
     // Only the set's first way: the second (and a busy home slot for the hold) is get_rare's.
     tag = (a >> 12) | d->memo_tag.load(std::memory_order_relaxed);
     first = memo_set(tag);
@@ -650,6 +665,18 @@ rare:
 }
 }  // namespace vmt
 
+namespace vmt {
+// get_inline for the device of the lane that owns addr's granule.
+template <bool kMemoOnly>
+__attribute__((noinline)) int get_in_lane(Device *d, const void *addr, size_t len,
+                                          unsigned access, struct vmt_reg **out, void **handle)
+{
+    Device *to = lane_device(d, reinterpret_cast<uintptr_t>(addr));
+    return get_inline<kMemoOnly, true>(reinterpret_cast<struct vmt_device *>(to), addr, len,
+                                       access, out, handle);
+}
+}  // namespace vmt
+
 extern "C" int vmt_get(struct vmt_device *dev, const void *addr, size_t len, unsigned access,
                        struct vmt_reg **out)
 {
@@ -671,8 +698,10 @@ extern "C" int vmt_get_handle_walk(struct vmt_device *dev, const void *addr, siz
 {
     if (__builtin_expect(!handle, 0))
         return -EINVAL;
-    return vmt::get_rare_handle(reinterpret_cast<vmt::Device *>(dev), addr, len, access, out,
-                                vmt::kMemoMiss, handle);
+    vmt::Device *d = reinterpret_cast<vmt::Device *>(dev);
+    if (d)
+        d = vmt::lane_device(d, reinterpret_cast<uintptr_t>(addr));
+    return vmt::get_rare_handle(d, addr, len, access, out, vmt::kMemoMiss, handle);
 }
 
 extern "C" int vmt_get_memo(struct vmt_device *dev, const void *addr, size_t len,

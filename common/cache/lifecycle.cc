@@ -12,6 +12,7 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +47,9 @@ size_t default_max_bytes()
 // The memo is one 2 MiB block, aligned so that it can be a single huge page: hits land at
 // random in it, and with 4 KiB pages each one would also miss the first-level TLB.
 constexpr size_t kMemoBytes = 2u << 20;
-void *map_memo()
+}  // namespace
+
+void *map_memo(bool populate)
 {
     void *raw = mmap(nullptr, 2 * kMemoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
@@ -59,56 +62,86 @@ void *map_memo()
     if (aligned + kMemoBytes < start + 2 * kMemoBytes)
         munmap(reinterpret_cast<void *>(aligned + kMemoBytes), start + 2 * kMemoBytes - aligned - kMemoBytes);
     madvise(reinterpret_cast<void *>(aligned), kMemoBytes, MADV_HUGEPAGE);  // a hint; fine if refused
-#ifdef MADV_POPULATE_WRITE
-    // Faulted in now, not by the first hit: zeroing the 2 MiB page took 120-300 us here, a
-    // stall inside one vmt_get. Kernels before 5.14 refuse it (EINVAL), and it is then as before.
-    madvise(reinterpret_cast<void *>(aligned), kMemoBytes, MADV_POPULATE_WRITE);
-#endif
+    // A lane other than the head's may never be used (a process with one thread): its memo
+    // costs nothing until then (Cache::populate_memo_once).
+    if (populate)
+        populate_memo(reinterpret_cast<void *>(aligned));
     return reinterpret_cast<void *>(aligned);
 }
 
-}  // namespace
+void populate_memo(void *memo)
+{
+#ifdef MADV_POPULATE_WRITE
+    // Faulted in now, not by the first hit: zeroing the 2 MiB page took 120-300 us here, a
+    // stall inside one vmt_get. Kernels before 5.14 refuse it (EINVAL), and it is then as before.
+    // The system call itself: no patcher in front of madvise needs to see this.
+    syscall(SYS_madvise, memo, kMemoBytes, MADV_POPULATE_WRITE);
+#else
+    (void)memo;
+#endif
+}
+
+void Cache::configure(const struct vmt_cache_opts *opts, bool merge) noexcept
+{
+    const char *wrap_soon = getenv("VMTRACK_TEST_EPOCH_WRAP");
+    if (wrap_soon && strcmp(wrap_soon, "1") == 0)
+        epoch_.store((1ull << 32) - 2 * 1024);  // 1024 moves short of the wrap
+    // Tests reach an entry's registration limit with fewer than 65535 (each of which waits in
+    // the reclaim's list, held).
+    if (const char *regs = getenv("VMTRACK_TEST_ENTRY_REGS")) {
+        unsigned long n = strtoul(regs, nullptr, 10);
+        if (n >= 2 && n <= kMaxRegsAlive)
+            max_regs_alive_ = (uint16_t)n;
+    }
+    merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
+    max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
+    max_bytes_ = opts && opts->max_bytes ? opts->max_bytes : default_max_bytes();
+}
+
+void Cache::adopt_tracker(Cache *head) noexcept
+{
+    tracker_ = head->own_tracker_.get();
+    words_ = tracker_->words();
+    always_valid_ = Tracker::always_valid_words();
+    caching_ = tracker_->caches();
+    tracked_ = strcmp(tracker_->name(), "none") != 0;
+    unwatch_needed_ = tracker_->watches_ranges();
+    remember_mapped_ = tracker_->hears_every_unmap();
+    watch_checks_mapped_ = tracker_->watch_checks_mapped();
+    stat_slot_ = head->stat_slot_;
+}
+
+void Cache::join_cache_list() noexcept
+{
+    install_fork_handlers();
+    std::lock_guard<std::mutex> g(g_caches_lock);
+    next_cache_ = g_caches_list;
+    g_caches_list = this;
+}
 
 int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
 {
     Cache *c = new (std::nothrow) Cache();
     if (!c)
         return -ENOMEM;
+    c->lanes_[0] = c;
+    c->configure(opts, merge);
+    c->memo_ = static_cast<MemoSlot *>(map_memo(true));
+    c->memo_populated_.store(true, std::memory_order_relaxed);
+    // The lanes exist before the tracker starts: its events go to all of them.
+    unsigned lanes = lanes_for(c->max_entries_, c->max_bytes_);
+    int rc = c->memo_ ? (lanes > 1 ? c->add_lanes(lanes, opts, merge) : 0) : -ENOMEM;
     const char *name = opts ? opts->tracker : nullptr;
-    int rc = select_tracker(name, c, &c->tracker_, &c->tracker_report_);
+    if (rc == 0) {
+        rc = select_tracker(name, c, &c->own_tracker_, &c->tracker_report_);
+        if (rc < 0)
+            VMT_LOG_INFO("cannot create a cache with tracker \"%s\": %s", name ? name : "auto",
+                         c->tracker_report_.c_str());
+    }
     if (rc < 0) {
-        VMT_LOG_INFO("cannot create a cache with tracker \"%s\": %s", name ? name : "auto",
-                      c->tracker_report_.c_str());
         delete c;
         return rc;
     }
-    void *memo = map_memo();
-    if (!memo) {
-        delete c;
-        return -ENOMEM;
-    }
-    c->memo_ = static_cast<MemoSlot *>(memo);
-    const char *wrap_soon = getenv("VMTRACK_TEST_EPOCH_WRAP");
-    if (wrap_soon && strcmp(wrap_soon, "1") == 0)
-        c->epoch_.store((1ull << 32) - 2 * 1024);  // 1024 moves short of the wrap
-    // Tests reach an entry's registration limit with fewer than 65535 (each of which waits in
-    // the reclaim's list, held).
-    if (const char *regs = getenv("VMTRACK_TEST_ENTRY_REGS")) {
-        unsigned long n = strtoul(regs, nullptr, 10);
-        if (n >= 2 && n <= kMaxRegsAlive)
-            c->max_regs_alive_ = (uint16_t)n;
-    }
-    c->words_ = c->tracker_->words();
-    c->always_valid_ = Tracker::always_valid_words();
-    c->caching_ = c->tracker_->caches();
-    c->tracked_ = strcmp(c->tracker_->name(), "none") != 0;
-    c->unwatch_needed_ = c->tracker_->watches_ranges();
-    c->remember_mapped_ = c->tracker_->hears_every_unmap();
-    c->watch_checks_mapped_ = c->tracker_->watch_checks_mapped();
-    c->merge_ = merge && !(opts && (opts->flags & VMT_CACHE_NO_MERGE));
-    c->max_entries_ = opts && opts->max_entries ? opts->max_entries : kDefaultMaxEntries;
-    c->max_bytes_ = opts && opts->max_bytes ? opts->max_bytes : default_max_bytes();
-
     for (unsigned slot = 0; slot < kFastStatCaches; slot++) {
         unsigned used = g_stat_slots.load();
         if (!(used & (1u << slot)) && g_stat_slots.compare_exchange_strong(used, used | (1u << slot))) {
@@ -117,14 +150,14 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
             break;
         }
     }
-    install_fork_handlers();
-    {
-        std::lock_guard<std::mutex> g(g_caches_lock);
-        c->next_cache_ = g_caches_list;
-        g_caches_list = c;
-    }
-    VMT_LOG_INFO("cache %p: tracker %s, max %zu entries, %zu bytes", (void *)c, c->tracker_->name(),
-                 c->max_entries_, c->max_bytes_);
+    for (unsigned i = 0; i < c->nlanes_; i++)
+        c->lanes_[i]->adopt_tracker(c);
+    // Newest first in the list: in lane order there, as pause_hits takes their locks.
+    for (unsigned i = c->nlanes_; i-- > 0;)
+        c->lanes_[i]->join_cache_list();
+    VMT_LOG_INFO("cache %p: tracker %s, max %zu entries, %zu bytes, %u lane%s", (void *)c,
+                 c->tracker_->name(), c->max_entries_, c->max_bytes_, c->nlanes_,
+                 c->nlanes_ == 1 ? "" : "s");
     *out = c;
     return 0;
 }
@@ -139,25 +172,28 @@ Cache::~Cache()
                 break;
             }
     }
-    if (!tracker_) {  // creation failed half way
-        pthread_rwlock_destroy(&subs_lock_);
-        return;
+    // The head has emptied its lanes (destroy_lanes) and stopped the tracker before it
+    // deletes them; a head whose creation failed half way has nothing cached.
+    if (head_ == this && tracker_) {
+        flush();
+        for (Device *d = devices_; d; d = d->next)
+            if (!d->detached.load() && !d->forked_away) {
+                d->attach_count = 1;
+                detach(d);
+            }
+        for (unsigned i = 0; i < nlanes_; i++)
+            lanes_[i]->reclaim();
+        // Events stop here: the tracker may call back into this cache until it is gone.
+        own_tracker_.reset();
     }
-    flush();
-    for (Device *d = devices_; d; d = d->next)
-        if (!d->detached.load() && !d->forked_away) {
-            d->attach_count = 1;
-            detach(d);
-        }
-    reclaim();
-    // Events stop here: the tracker may call back into this cache until it is gone.
-    tracker_.reset();
+    if (head_ == this)
+        destroy_lanes();
     while (devices_) {
         Device *d = devices_;
         devices_ = d->next;
         delete d;
     }
-    if (stat_slot_ < kFastStatCaches)
+    if (head_ == this && stat_slot_ < kFastStatCaches)
         g_stat_slots.fetch_and(~(1u << stat_slot_));
     if (memo_)
         munmap(memo_, kMemoSlots * sizeof(MemoSlot));
@@ -219,6 +255,10 @@ int Cache::attach(const struct vmt_device_ops *ops, void *ctx, Device **out)
     devices_ = fresh;
     g.unlock();
     fresh->name = ops->name ? ops->name : "device";
+    if (nlanes_ > 1 && caching_ && !device_has_limits(fresh) && attach_lane_twins(fresh) < 0) {
+        detach(fresh);
+        return -ENOMEM;
+    }
     *out = fresh;
     return 0;
 }
@@ -247,6 +287,8 @@ void Cache::detach(Device *dev)
         VMT_LOG_WARN("vmt_device_detach(%s): %zu registrations were still held; they were "
                      "deregistered now and a later vmt_put of them is an error",
                      dev->name.c_str(), held);
+    if (dev->laned)
+        detach_lane_twins(dev);
 }
 
 }  // namespace vmt

@@ -50,10 +50,9 @@ void Cache::retire_all_of(Device *dev) noexcept
     }
 }
 
-int Cache::flush_device(Device *dev)
+int Cache::flush_device_lane(Device *dev) noexcept
 {
     maybe_after_fork();
-    tracker_->poll();
     {
         std::lock_guard<SpinLock> g(lock_);
         if (dev->detached.load() || dev->forked_away)

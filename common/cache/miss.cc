@@ -572,7 +572,11 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     if (limbo_urgent_.load(std::memory_order_relaxed))
         take_limbo_if_free(&taken);
     count_retiring_left();
+    bool steal = wants_steal_;
+    wants_steal_ = false;
     g.unlock();
+    if (steal)
+        steal_one();
     // What the device's soft limit evicted goes now where no other thread uses the cache
     // (taken above), else with the next pass whose grace period has passed: a reclaim that
     // must finish here made a membarrier at every miss of a threaded process (two threads at
@@ -629,6 +633,11 @@ bool Cache::insert_entry(Entry *ne, Reg *r, const Plan &plan, bool allow_merge,
         return false;
     }
     ne->in_index.store(true, std::memory_order_relaxed);
+    // With lanes, a range past its first granule gives this lane the others that nobody owns
+    // (the get's own granule was given at its start: claim_granule). totals_ is on a line the
+    // miss reads anyway; lane_owner_ is not.
+    if (totals_ && (u0 >> kGranuleShift) != ((u1 - 1) >> kGranuleShift))
+        claim_granules(u0, u1);
     lru_push_head(ne);
     entry_count_++;
     bytes_cached_ += u1 - u0;

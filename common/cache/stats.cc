@@ -9,39 +9,45 @@
 
 namespace vmt {
 
+// This lane's counters, added to *v (its hits are the head's: lanes share its counter slot).
+void Cache::stats_lane(struct vmt_stats *v) noexcept
+{
+    {
+        std::lock_guard<SpinLock> g(lock_);
+        v->entries += entry_count_;
+    }
+    v->hits += counts_.hits_shared.load();
+    v->misses += counts_.misses.load();
+    v->registrations += counts_.registrations.load();
+    v->deregistrations += counts_.deregistrations.load();
+    v->invalidations += counts_.invalidations.load();
+    v->evictions += counts_.evictions.load();
+    v->bytes_registered += counts_.bytes_registered.load();
+    v->uncached += counts_.uncached.load();
+    v->merges += counts_.merges.load();
+    v->upgrades += counts_.upgrades.load();
+    v->retries += counts_.retries.load();
+    v->deferred += counts_.deferred.load();
+    v->memo_wraps += counts_.memo_wraps.load();
+    v->retired_waiting += limbo_total_.load();
+    v->reclaim_passes += counts_.reclaim_passes.load();
+    v->reclaim_barriers += counts_.reclaim_barriers.load();
+}
+
 void Cache::stats(struct vmt_stats *s)
 {
-    uint64_t hits = counts_.hits_shared.load(), memo_hits = 0;
-    if (stat_slot_ < kFastStatCaches) {
-        memo_hits = hits_in_threads(stat_slot_, false);
-        hits += memo_hits + hits_in_threads(stat_slot_, true);
-    }
     struct vmt_stats v;
     memset(&v, 0, sizeof v);
     v.sz = sizeof v;
-    {
-        std::lock_guard<SpinLock> g(lock_);
-        v.entries = entry_count_;
+    if (stat_slot_ < kFastStatCaches) {
+        v.memo_hits = hits_in_threads(stat_slot_, false);
+        v.hits = v.memo_hits + hits_in_threads(stat_slot_, true);
     }
-    v.hits = hits;
-    v.misses = counts_.misses.load();
-    v.registrations = counts_.registrations.load();
-    v.deregistrations = counts_.deregistrations.load();
-    v.invalidations = counts_.invalidations.load();
-    v.evictions = counts_.evictions.load();
-    v.bytes_registered = counts_.bytes_registered.load();
-    v.uncached = counts_.uncached.load();
-    v.merges = counts_.merges.load();
-    v.upgrades = counts_.upgrades.load();
-    v.retries = counts_.retries.load();
-    v.deferred = counts_.deferred.load();
+    for (unsigned i = 0; i < nlanes_; i++)
+        lanes_[i]->stats_lane(&v);
     v.max_entries = max_entries_;
     v.max_bytes = max_bytes_;
-    v.memo_hits = memo_hits;
-    v.memo_wraps = counts_.memo_wraps.load();
-    v.retired_waiting = limbo_total_.load();
-    v.reclaim_passes = counts_.reclaim_passes.load();
-    v.reclaim_barriers = counts_.reclaim_barriers.load();
+    v.lanes = nlanes_;
     size_t n = s->sz < sizeof v ? s->sz : sizeof v;
     size_t caller_sz = s->sz;
     memcpy(s, &v, n);

@@ -24,6 +24,7 @@ const Known kKnown[] = {
     {"VMTRACK_MERGE", "0 or 1"},
     {"VMTRACK_STATS", "0 or 1"},
     {"VMTRACK_LOG", "error, warn, info or debug"},
+    {"VMTRACK_LANES", "1 to 8 (the most lanes a cache has; 1: one index for all threads)"},
     {"VMTRACK_IOURING_TABLE", "sparse, tagged or whole (the io_uring device's table)"},
     {"VMTRACK_TEST_EPOCH_WRAP", "1 (tests: a new cache's memo epoch wraps after 1024 retirements)"},
     {"VMTRACK_TEST_ENTRY_REGS", "2 to 65535 (tests: registrations an entry takes, not yet freed)"},

@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include "vmt_test.h"
 
+#include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,6 +59,20 @@ double now_ns(void)
 double thread_cpu_ns(void)
 {
     return clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
+
+int wait_child_within(int pid, int seconds, const char *what)
+{
+    int status = 0;
+    for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) == 0; waited_ms += 10) {
+        if (waited_ms > seconds * 1000) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ck_abort_msg("the child hung %s", what);
+        }
+        usleep(10000);
+    }
+    return status;
 }
 
 int run_in_child(void (*fn)(void))

@@ -100,6 +100,10 @@ double thread_cpu_ns(void);
 /* Runs `fn` in a child (which exits 0 when `fn` returns) and returns its wait status. */
 int run_in_child(void (*fn)(void));
 
+/* Waits for the child `pid` for `seconds` at most, and returns its wait status; one still
+ * running then is killed and the test fails, saying it hung while doing `what`. */
+int wait_child_within(int pid, int seconds, const char *what);
+
 /* ---- what is available here ------------------------------------------------------------- */
 
 /* 1 if a cache can run on `tracker` here; else 0 (not available here) or the negative errno
