@@ -53,13 +53,27 @@ static void env_size_child(void)
         _exit(1);
     _exit(0);
 }
+static void env_lanes_child(void)
+{
+    static const char *const bad[] = {"0", "9", "2x", "-1", " "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("VMTRACK_LANES", bad[i], 1);
+        if (vmt_shared() != NULL || errno != EINVAL)
+            _exit(1 + (int)i);
+    }
+    _exit(0);
+}
 static void env_good_child(void)
 {
     setenv("VMTRACK_TRACKER", "none", 1);
-    setenv("VMTRACK_MAX_BYTES", "64M", 1);
+    setenv("VMTRACK_MAX_BYTES", "256M", 1);
+    setenv("VMTRACK_LANES", "3", 1);
     struct vmt_cache *c = vmt_shared();
     if (!c || vmt_shared() != c || strcmp(vmt_cache_tracker(c), "none") != 0)
         _exit(1);
+    struct vmt_stats st = {.sz = sizeof st};
+    if (vmt_stats_get(c, &st) != 0 || st.lanes > 3 || st.max_bytes != 256ul << 20)
+        _exit(3);
     vmt_cache_destroy(c);  /* refused: the shared cache lives on */
     if (strcmp(vmt_cache_tracker(vmt_shared()), "none") != 0)
         _exit(2);
@@ -72,6 +86,8 @@ START_TEST(environment)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "unknown tracker name must fail, status %d", st);
     st = run_in_child(env_size_child);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bad size must fail, status %d", st);
+    st = run_in_child(env_lanes_child);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bad VMTRACK_LANES must fail, status %d", st);
     st = run_in_child(env_good_child);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "good environment, status %d", st);
 }

@@ -41,6 +41,7 @@
 #include <new>
 
 #include "cache/internal.h"
+#include "util/env.h"
 #include "util/log.h"
 
 namespace vmt {
@@ -60,23 +61,24 @@ unsigned cpus_here()
     return n > 0 ? (unsigned)n : 1;
 }
 
-// VMTRACK_LANES: at most this many lanes (1: none), else kMaxLanes; 0 where unset or wrong
-// (said once).
+static_assert(kMaxLanes == kMostLanes, "VMTRACK_LANES takes what a cache can have");
+
+// VMTRACK_LANES: at most this many lanes (1: none); 0 where unset or wrong (said once here;
+// vmt_shared refuses it, env.cc).
 unsigned lanes_from_env()
 {
     const char *v = getenv("VMTRACK_LANES");
+    unsigned n;
     if (!v || !*v)
         return 0;
-    char *end;
-    unsigned long n = strtoul(v, &end, 10);
-    if (*end || n < 1 || n > kMaxLanes) {
+    if (parse_lanes(v, &n) < 0) {
         static std::once_flag warned;
         std::call_once(warned, [v] {
             VMT_LOG_WARN("VMTRACK_LANES=%s: not a number from 1 to %u; ignored", v, kMaxLanes);
         });
         return 0;
     }
-    return (unsigned)n;
+    return n;
 }
 }  // namespace
 

@@ -84,6 +84,17 @@ int parse_size(const char *text, size_t *out)
     return 0;
 }
 
+int parse_lanes(const char *text, unsigned *out)
+{
+    char *end = nullptr;
+    errno = 0;
+    unsigned long n = strtoul(text, &end, 10);
+    if (errno || !*text || *end || *text == '-' || n < 1 || n > kMostLanes)
+        return -EINVAL;
+    *out = (unsigned)n;
+    return 0;
+}
+
 int env_parse(EnvConfig *cfg, std::string *error)
 {
     const char *v;
@@ -116,6 +127,9 @@ int env_parse(EnvConfig *cfg, std::string *error)
         if (parse_bool(v, &cfg->stats_at_exit))
             return bad(error, "VMTRACK_STATS", v);
     }
+    unsigned lanes;  // read by every cache when it is made (Cache::lanes_for): checked here
+    if ((v = getenv("VMTRACK_LANES")) && *v && parse_lanes(v, &lanes))
+        return bad(error, "VMTRACK_LANES", v);
     if ((v = getenv("VMTRACK_LOG")) && *v) {
         static const char *const levels[] = {"error", "warn", "info", "debug"};
         int found = -1;

@@ -23,6 +23,10 @@ int env_parse(EnvConfig *cfg, std::string *error);
 // Parses "123", "64K", "2M", "1G" (powers of 1024). 0 or -EINVAL.
 int parse_size(const char *text, size_t *out);
 
+// VMTRACK_LANES: a whole number from 1 to kMostLanes. 0 or -EINVAL.
+constexpr unsigned kMostLanes = 8;  // Cache's kMaxLanes
+int parse_lanes(const char *text, unsigned *out);
+
 }  // namespace vmt
 
 #endif
