@@ -22,7 +22,8 @@
 #define CHURN_REGIONS 4032u
 
 static const char *const workload_names[] = {"fresh-apart", "fresh-adjacent", "random-1024",
-                                             "once", "hot-churn", "random-1024-first"};
+                                             "once", "hot-churn", "random-1024-first",
+                                             "fresh-settled"};
 static const char *const workload_titles[] = {
     "first get+put, fresh 64 KiB regions 128 KiB apart",
     "first get+put, fresh 64 KiB regions back to back",
@@ -30,6 +31,7 @@ static const char *const workload_titles[] = {
     "buffer used once: mmap,touch,get,put,munmap, +ns",
     "64 hot regions (9 gets in 10) while 4032 churn",
     "  the random 1024, a new cache's first 5000 gets",
+    "first get+put, fresh regions apart, after 1024 untimed",
 };
 
 const char *miss_workload_name(enum miss_workload w)
@@ -162,13 +164,19 @@ static char *map_span(size_t bytes)
     return p == MAP_FAILED ? NULL : (char *)p;
 }
 
-/* Every region once, in address order: each get is the first of its region. */
-static int run_fresh(struct miss_thread *t, size_t stride, struct start_line *start)
+/* Every region once, in address order: each get is the first of its region. The first
+ * `settle` of them before the start line, untimed. */
+static int run_fresh(struct miss_thread *t, size_t stride, size_t settle,
+                     struct start_line *start)
 {
-    size_t span = t->ops * stride;
+    size_t span = (settle + t->ops) * stride;
     char *base = map_span(span);
     if (!base)
         t->err = -errno;
+    for (size_t i = 0; i < settle && !t->err; i++)
+        t->err = get_put(t->cache, base + i * stride);
+    if (base)
+        base += settle * stride;
     start_together(start);
     if (t->err)
         return t->err;
@@ -180,7 +188,8 @@ static int run_fresh(struct miss_thread *t, size_t stride, struct start_line *st
     t->t1 = clock_ns(CLOCK_MONOTONIC);
     t->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - t->cpu;
     t->regs = registrations(t->cache) - t->regs;
-    munmap(base, span);
+    if (base)
+        munmap(base - settle * stride, span);
     return t->err;
 }
 
@@ -301,10 +310,13 @@ static void *miss_thread_main(void *arg)
     struct miss_thread *t = arg;
     switch (t->w) {
     case MISS_FRESH_APART:
-        run_fresh(t, STRIDE_APART, t->start);
+        run_fresh(t, STRIDE_APART, 0, t->start);
         break;
     case MISS_FRESH_ADJACENT:
-        run_fresh(t, MISS_REGION_BYTES, t->start);
+        run_fresh(t, MISS_REGION_BYTES, 0, t->start);
+        break;
+    case MISS_FRESH_SETTLED:
+        run_fresh(t, STRIDE_APART, 2 * MISS_CACHE_LIMIT, t->start);
         break;
     case MISS_RANDOM_1024:
         run_random(t, 0, 1, t->start);

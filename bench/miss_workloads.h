@@ -27,6 +27,9 @@ enum miss_workload {
                            * ones stay cached while the others evict one another */
     MISS_RANDOM_FIRST,    /* MISS_RANDOM_1024's first gets on a new cache, right after the
                            * in-order pass (the others time a cache that has settled) */
+    MISS_FRESH_SETTLED,   /* MISS_FRESH_APART after 1024 misses of each thread's, untimed: a
+                           * new cache's one-time costs (its pools growing, its first eviction,
+                           * a lane's memo faulted in) are out of the figure */
 };
 
 #define MISS_REGION_BYTES (64u * 1024u)
