@@ -72,6 +72,9 @@ struct Device {
     std::atomic<bool> detached{false};
     bool forked_away = false;    // attached in the parent of a fork()
     bool check_words = false;    // the cache's tracker has validity words (kmod)
+    // Has twins in the cache's other lanes (lane_devs): written before the device is handed
+    // out; here, on the line every get reads, not beside lane_devs (a line more a miss).
+    bool laned = false;
     uint32_t hits_offset = 0;    // of the cache's hit counter in a ThreadRecord
     // A device with twins in the cache's other lanes (laned, below), once a lane other than
     // the head's owns memory: the cache's granule owners (0: nobody yet, else the lane's
@@ -97,7 +100,6 @@ struct Device {
     // (lane_devs[0] is itself); a twin, a device with limits or of a cache of one lane has
     // none, and all its gets go to its own cache.
     Device *lane_devs[kMaxLanes] = {};
-    bool laned = false;  // written before the device is handed out
 };
 
 // The device of the lane that owns addr's granule: d where d is not laned, or the granule is
