@@ -25,8 +25,13 @@
 //   long as that takes.
 // - A device with limits of its own (max_regions, max_bytes) lives in the head only, and so do
 //   all devices of a cache of one lane: nothing changes for them.
+// - Gets: a device with twins sends each get to the twin of the lane that owns its granule
+//   (Device::lane_owner), but only once a lane other than the head's owns memory (until then
+//   all is lane 0's, and a hit pays one test); a granule nobody owns is given on the full path.
+//   The first thread to give a cache memory has lane 0, the next lane 1, and so on.
 // - Locks: one lane's at a time, except pause_hits, which takes them all in lane order (so
-//   does fork's prepare handler: the lanes join the list of caches in that order).
+//   does fork's prepare handler: the lanes join the list of caches in that order). The fork
+//   handler never calls a patched libc entry (its invalidation would take a lane lock).
 #include "config.h"
 #include "cache/cache.h"
 
