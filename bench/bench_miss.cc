@@ -110,9 +110,7 @@ unsigned long long lanes_of_null_cache(const std::string &tracker)
     CountingDevice counting;
     if (open_null_cache(tracker, &cache, &counting))
         return 0;
-    struct vmt_stats st;
-    memset(&st, 0, sizeof st);
-    st.sz = sizeof st;
+    VMT_OPTS(vmt_stats, st);
     vmt_stats_get(cache, &st);
     close_null_cache(cache, &counting);
     return (unsigned long long)st.lanes;

@@ -200,7 +200,6 @@ public:
     void put(Reg *reg, bool hold_released);
     int invalidate_manual(uintptr_t start, size_t len);
     int flush();
-    unsigned lanes() const noexcept { return nlanes_; }
     // One registration out of the cache, one device's unused registrations (maintain.cc).
     int invalidate_reg(Reg *r);
     int flush_device(Device *dev);
@@ -365,7 +364,8 @@ private:
     size_t evict_locked(Device *for_dev, Entry *keep, size_t want, size_t adding_bytes = 0) noexcept;
     // A miss's insert past the cache's limits: evicts, and lets what it retires for
     // max_entries alone wait for the batch while the pinned bytes stay within max_bytes.
-    void evict_for_insert(Entry *keep) noexcept;
+    // false: a lane within its share, which leaves the eviction to steal_one (after the lock).
+    bool evict_for_insert(Entry *keep) noexcept;
     void evict_past_limits(Entry *keep) noexcept;  // evict_for_insert's eviction in this lane
     // A soft-limited device's insert past its limits (VMT_DEVICE_SOFT_LIMITS): evicts its
     // least recently used, which wait in limbo until dev->soft_batch of its registrations
@@ -617,13 +617,11 @@ private:
     size_t max_entries_ = 0, max_bytes_ = 0;
     // Lanes (below): the head's totals, where there are lanes; under lock_, this lane's counts
     // as last added to them (publish_counts, at the end of a write section, only where they
-    // moved: a miss that evicts as it inserts writes nothing shared); its part of the limits;
-    // whether it is past the limits within its part.
+    // moved: a miss that evicts as it inserts writes nothing shared); its part of the limits.
     struct LaneTotals;
     LaneTotals *totals_ = nullptr;
     size_t published_entries_ = 0, published_bytes_ = 0;
     size_t share_entries_ = SIZE_MAX, share_bytes_ = SIZE_MAX;
-    bool wants_steal_ = false;
     uint16_t max_regs_alive_ = kMaxRegsAlive;  // Entry::regs_alive's bound (insert_plan)
     bool merge_ = true;
     int write_depth_ = 0;
@@ -721,13 +719,13 @@ private:
     Cache *head_ = this;
     unsigned lane_ = 0;                 // this lane's number
     unsigned nlanes_ = 1;               // the head's
-    Cache *lanes_[kMaxLanes] = {};      // the head's; lanes_[0] is the head
+    Cache *lanes_[kMaxLanes] = {this};  // the head's; lanes_[0] is the head
     std::atomic<uint8_t> *lane_owner_ = nullptr;  // the granule table (the head's), or nullptr
     struct alignas(64) LaneTotals {
         std::atomic<size_t> entries{0}, bytes{0};
     };
     LaneTotals lane_totals_;            // the head's: what every lane has published
-    // totals_, published_*, share_* and wants_steal_ are beside entry_count_, which every
+    // totals_, published_* and share_* are beside entry_count_, which every
     // miss reads with them. What other lanes read of this one (steal_one):
     std::atomic<size_t> lane_entries_{0}, lane_bytes_{0};
     size_t entries_seen() const noexcept
@@ -771,8 +769,7 @@ private:
     // The first time a lane other than the head's owns memory: from now on the devices with
     // twins route their gets (Device::lane_owner). Under lock_, as attach sets them up.
     void route_devices() noexcept;
-    bool routing_ = false;                      // under lock_
-    std::atomic<bool> routing_seen_{false};     // routing_, read without the lock
+    std::atomic<bool> routing_{false};  // changed under lock_, read without it too
     void detach_lane_twins(Device *dev) noexcept;
     // The full path's look at the granule of a: where nobody owns it yet, it becomes the
     // calling thread's home lane's. The device to serve the get.

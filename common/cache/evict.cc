@@ -54,15 +54,14 @@ void Cache::lru_second_chance() noexcept
     lru_tail_ = lru_tail_->lru_prev;
 }
 
-void Cache::evict_for_insert(Entry *keep) noexcept
+bool Cache::evict_for_insert(Entry *keep) noexcept
 {
     // A lane within its share leaves the eviction to the lanes past theirs (after the lock:
     // steal_one), so that a thread's lane is not emptied by another thread's misses.
-    if (totals_ && !over_share()) {
-        wants_steal_ = true;
-        return;
-    }
+    if (totals_ && !over_share())
+        return false;
     evict_past_limits(keep);
+    return true;
 }
 
 void Cache::evict_past_limits(Entry *keep) noexcept

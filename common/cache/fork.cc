@@ -93,7 +93,6 @@ void Cache::child_after_fork() noexcept
         c->lane_bytes_.store(0);
         c->lane_totals_.entries.store(0);
         c->lane_totals_.bytes.store(0);
-        c->wants_steal_ = false;
         c->limbo_ = nullptr;
         c->limbo_nonempty_.store(false);
         c->limbo_new_.store(0);

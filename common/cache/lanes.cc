@@ -113,7 +113,6 @@ int Cache::add_lanes(unsigned n, const struct vmt_cache_opts *opts, bool merge) 
             return -ENOMEM;
         l->head_ = this;
         l->lane_ = i;
-        l->lanes_[0] = l;
         l->configure(opts, merge);
         l->lane_owner_ = lane_owner_;
         l->totals_ = &lane_totals_;
@@ -232,7 +231,7 @@ int Cache::attach_lane_twins(Device *dev) noexcept
     }
     std::lock_guard<SpinLock> g(lock_);
     dev->laned = true;
-    if (routing_)
+    if (routing_.load(std::memory_order_relaxed))
         dev->lane_owner.store(lane_owner_, std::memory_order_release);
     return 0;
 }
@@ -240,9 +239,9 @@ int Cache::attach_lane_twins(Device *dev) noexcept
 void Cache::route_devices() noexcept
 {
     std::lock_guard<SpinLock> g(lock_);
-    if (routing_)
+    if (routing_.load(std::memory_order_relaxed))
         return;
-    routing_ = true;
+    routing_.store(true, std::memory_order_release);
     for (Device *d = devices_; d; d = d->next)
         if (d->laned)
             d->lane_owner.store(lane_owner_, std::memory_order_release);
@@ -294,10 +293,8 @@ Device *Cache::claim_granule(Device *dev, uintptr_t a) noexcept
             lanes_[o - 1]->populate_memo_once();
         }
     }
-    if (o > 1 && !routing_seen_.load(std::memory_order_acquire)) {
+    if (o > 1 && !routing_.load(std::memory_order_acquire))
         route_devices();
-        routing_seen_.store(true, std::memory_order_release);
-    }
     return o > 1 ? dev->lane_devs[o - 1] : dev;
 }
 

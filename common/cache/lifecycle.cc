@@ -124,7 +124,6 @@ int Cache::create(const struct vmt_cache_opts *opts, bool merge, Cache **out)
     Cache *c = new (std::nothrow) Cache();
     if (!c)
         return -ENOMEM;
-    c->lanes_[0] = c;
     c->configure(opts, merge);
     c->memo_ = static_cast<MemoSlot *>(map_memo(true));
     c->memo_populated_.store(true, std::memory_order_relaxed);

@@ -562,8 +562,7 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
         *out = r;
         return 0;
     }
-    if (over_limits(nullptr, 0))
-        evict_for_insert(target);
+    bool steal = over_limits(nullptr, 0) && !evict_for_insert(target);
     take_hold(t, r);
     if (target == ne)
         memo_fill_inserting(dev, a0, target, r);
@@ -572,8 +571,6 @@ int Cache::insert_plan(Device *dev, uintptr_t a0, uintptr_t a1, const Plan &plan
     if (limbo_urgent_.load(std::memory_order_relaxed))
         take_limbo_if_free(&taken);
     count_retiring_left();
-    bool steal = wants_steal_;
-    wants_steal_ = false;
     g.unlock();
     if (steal)
         steal_one();
