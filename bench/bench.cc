@@ -506,7 +506,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                     ucx1 > 0 ? "<= UCX/4 (ratio below)" : "<= 10.5 (42/4) ns",
                     ucx1 > 0 ? "" : verdict(hit1 <= 10.5)});
     if (ucx1 > 0) {
-        rows.push_back({"UCX 1.13 ucs_rcache_get+region_put, same workload", fmt(ucx1), "ns", "(baseline)", ""});
+        rows.push_back({VMT_BENCH_UCX " ucs_rcache_get+region_put, same workload", fmt(ucx1), "ns", "(baseline)", ""});
         rows.push_back({"hit / UCX hit (median of paired runs)", fmt(ucx_ratio, 3), "x", "<= 0.25x",
                         verdict(ucx_ratio <= 0.25)});
     }
@@ -529,7 +529,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     rows.push_back({"hit, 10^6 cached, random over all (DRAM-bound)", fmt(hit_big_all), "ns",
                     "(reported)", ""});
     if (big_ucx_ns > 0) {
-        rows.push_back({"UCX 1.13, 10^6 cached, random over all", fmt(big_ucx_ns), "ns", "(baseline)", ""});
+        rows.push_back({VMT_BENCH_UCX ", 10^6 cached, random over all", fmt(big_ucx_ns), "ns", "(baseline)", ""});
         rows.push_back({"hit 10^6 random / UCX's (median of paired runs)", fmt(big_ucx_ratio, 2), "x",
                         "(reported)", ""});
     }
@@ -578,7 +578,7 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
                                 ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
     if (!module_rows.empty())
         print_rows(opt, module_rows, "UCX's rcache API served by libvmtrack-ucx (hooks tracker) "
-                                     "against stock UCX 1.13: the hit and miss workloads above, "
+                                     "against stock " VMT_BENCH_UCX ": the hit and miss workloads above, "
                                      "a mem_reg that does nothing, max_regions 512");
     printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
     for (const auto &t : per_tracker) {

@@ -26,7 +26,7 @@ bench_kmod_bench_SOURCES = bench/kmod_bench.c test/kmod/kmod_util.h
 bench_kmod_bench_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi -I$(top_srcdir)/test/kmod
 
 # Hit cost of vmtrack against grdma through Open MPI's rcache framework: ./bench/ompi_bench [pairs]
-if HAVE_OMPI
+if OMPI_COMPONENT
 check_PROGRAMS += bench/ompi_bench
 bench_ompi_bench_SOURCES = bench/ompi_bench.c test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h
 bench_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi
@@ -39,7 +39,7 @@ endif
 EXTRA_DIST += doc/bench.md
 # UCX's rcache API, stock against served by vmtrack (libvmtrack-ucx), 1 and 2 threads:
 # ./bench/ucx_rcache_bench [ROUNDS [HITS]] (doc/ucx.md, "Numbers")
-if HAVE_UCX
+if UCX_MODULE
 check_PROGRAMS += bench/ucx_rcache_bench
 bench_ucx_rcache_bench_SOURCES = bench/ucx_rcache_bench.c bench/miss_workloads.c \
 	bench/miss_workloads.h

@@ -273,7 +273,7 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
         rows->push_back({miss_workload_title(k.w), fmt(v, 0), "ns",
                          ucx && k.target ? "<= 1.0x UCX" : "(reported)", ""});
         if (ucx) {
-            rows->push_back({"  UCX 1.13 rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
+            rows->push_back({"  " VMT_BENCH_UCX " rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
                              "(baseline)", ""});
             // Below zero: what vmtrack adds is smaller than the run-to-run noise of the loop.
             if (k.target)
@@ -338,7 +338,7 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
     rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
                      fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
     if (ucx_scaling > 0)
-        rows->push_back({"  UCX 1.13, same: 2 threads / 1 thread, wall", fmt(ucx_scaling, 2), "x",
+        rows->push_back({"  " VMT_BENCH_UCX ", same: 2 threads / 1 thread, wall", fmt(ucx_scaling, 2), "x",
                          "(baseline)", ""});
 
     double alone = 0, beside = 0;

@@ -1,5 +1,5 @@
 /* `vmtrack bench --compare-ucx`: the hit workload of `vmtrack bench` run on UCX's own
- * registration cache (ucs_rcache of UCX 1.13), in the same process and the same run.
+ * registration cache (ucs_rcache), in the same process and the same run.
  *
  * The rcache gets mem_reg/mem_dereg callbacks that do nothing (like vmtrack's null device), so
  * what is measured is UCX's lookup: ucs_rcache_get + ucs_rcache_region_put on regions that are
@@ -71,10 +71,8 @@ static void bench_ucx_mem_dereg(void *context, ucs_rcache_t *rcache,
     (void)context; (void)rcache; (void)region;
 }
 
-static const ucs_rcache_ops_t bench_ucx_ops = {
-    .mem_reg   = bench_ucx_mem_reg,
-    .mem_dereg = bench_ucx_mem_dereg,
-};
+static const ucs_rcache_ops_t bench_ucx_ops =
+    BENCH_UCX_RCACHE_OPS(bench_ucx_mem_reg, bench_ucx_mem_dereg);
 
 static double bench_ucx_now_ns(void)
 {
@@ -99,8 +97,8 @@ static void *bench_ucx_thread_main(void *arg)
 
     /* warm up: every region once from this thread */
     for (i = 0; i < run->regions; i++) {
-        if (ucs_rcache_get(run->rcache, run->base + i * run->stride, run->region_bytes,
-                           PROT_READ | PROT_WRITE, NULL, &region) != UCS_OK) {
+        if (bench_ucx_rcache_get(run->rcache, run->base + i * run->stride, run->region_bytes,
+                                 &region) != UCS_OK) {
             t->err = -EIO;
             break;
         }
@@ -114,8 +112,7 @@ static void *bench_ucx_thread_main(void *arg)
     t->t_start = bench_ucx_now_ns();
     for (i = 0; i < run->hits; i++) {
         char *addr = run->base + (size_t)t->idx[i & (BENCH_UCX_IDX - 1)] * run->stride;
-        if (ucs_rcache_get(run->rcache, addr, run->region_bytes, PROT_READ | PROT_WRITE,
-                           NULL, &region) != UCS_OK) {
+        if (bench_ucx_rcache_get(run->rcache, addr, run->region_bytes, &region) != UCS_OK) {
             t->err = -EIO;
             break;
         }

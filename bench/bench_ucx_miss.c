@@ -1,5 +1,5 @@
 /* UCX's side of the miss workloads of `vmtrack bench --compare-ucx` (bench/miss_workloads.h):
- * ucs_rcache of UCX 1.13 with its own libc hooks (UCM_EVENT_VM_UNMAPPED, so that an unmapped
+ * ucs_rcache with its own libc hooks (UCM_EVENT_VM_UNMAPPED, so that an unmapped
  * buffer leaves the cache as it would in an application), limited to MISS_CACHE_LIMIT regions,
  * with mem_reg/mem_dereg callbacks that do nothing (like vmtrack's null device). */
 #include "config.h"
@@ -46,15 +46,12 @@ static void null_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_regio
     (void)context; (void)rcache; (void)region;
 }
 
-static const ucs_rcache_ops_t null_ops = {
-    .mem_reg   = null_mem_reg,
-    .mem_dereg = null_mem_dereg,
-};
+static const ucs_rcache_ops_t null_ops = BENCH_UCX_RCACHE_OPS(null_mem_reg, null_mem_dereg);
 
 static int ucx_get(void *ctx, void *addr, size_t len, void **handle)
 {
     ucs_rcache_region_t *region;
-    if (ucs_rcache_get(ctx, addr, len, PROT_READ | PROT_WRITE, NULL, &region) != UCS_OK)
+    if (bench_ucx_rcache_get(ctx, addr, len, &region) != UCS_OK)
         return -EIO;
     *handle = region;
     return 0;

@@ -11,6 +11,13 @@
 #include <string>
 #include <vector>
 
+// The UCX the comparison rows name: the one built against (configure).
+#ifdef VMT_UCX_VERSION
+#define VMT_BENCH_UCX "UCX " VMT_UCX_VERSION
+#else
+#define VMT_BENCH_UCX "UCX"
+#endif
+
 namespace vmt_bench {
 
 struct Row {

@@ -4,7 +4,7 @@ EXTRA_DIST += doc/openmpi.md test/ompi/ompi_info.sh test/ompi/mpirun_rxe.sh \
 	test/ompi/scenarios_patcher.sh test/ompi/stress_series.sh test/ompi/mpirun_host.sh \
 	test/ompi/takeover_gates.sh test/ompi/ompi_env.sh
 
-if HAVE_OMPI
+if OMPI_COMPONENT
 # Open MPI's own headers are not warning-clean under -Wextra: include them as system headers.
 OMPI_INTERNAL_CPPFLAGS = -isystem $(OMPI_PREFIX_INC) -isystem $(OMPI_PREFIX_INC)/openmpi
 OMPI_PAL_LIBS = -L$(OMPI_LIBDIR) -lopen-pal

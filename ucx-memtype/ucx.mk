@@ -1,6 +1,6 @@
 # ucx-memtype/: libvmtrack-ucx, which makes UCX 1.13's registration caches take their memory
 # events from vmtrack (doc/ucx.md), and its tests (test/ucx/).
-if HAVE_UCX
+if UCX_MODULE
 lib_LTLIBRARIES += libvmtrack-ucx.la
 vmtrackucxincdir = $(includedir)/vmtrack
 vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
@@ -17,8 +17,11 @@ endif
 EXTRA_DIST += ucx-memtype/libvmtrack-ucx.map
 
 # The ucx.conf line that replaces the UCX_MEM_MMAP_HOOK_MODE=none environment variable.
+if UCX_MODULE
 vmtrackucxconfdir = $(datadir)/vmtrack
-dist_vmtrackucxconf_DATA = ucx-memtype/ucx.conf
+vmtrackucxconf_DATA = ucx-memtype/ucx.conf
+endif
+EXTRA_DIST += ucx-memtype/ucx.conf
 
 include test/ucx/ucx-tests.mk
 EXTRA_DIST += doc/ucx.md

@@ -1,5 +1,5 @@
 # Tests of the Open MPI rcache component (included from ompi-rcache/ompi.mk, inside
-# `if HAVE_OMPI`). They load the component from the build tree (test/ompi/ompi_testenv.c).
+# `if OMPI_COMPONENT`). They load the component from the build tree (test/ompi/ompi_testenv.c).
 OMPI_TEST_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/tools \
 	$(OMPI_INTERNAL_CPPFLAGS) $(CHECK_CFLAGS) $(URING_CFLAGS) \
 	-DVMT_OMPI_BUILDDIR='"$(abs_top_builddir)"' \

@@ -1,6 +1,6 @@
 # test/ucx/: UCX's own ucs_rcache (io_uring fixed buffers) against the scenario suite, without
 # libvmtrack-ucx and with it for every tracker available (included from ucx-memtype/ucx.mk).
-if HAVE_UCX
+if UCX_MODULE
 check_PROGRAMS += test/ucx/test_ucx_rcache
 TESTS += test/ucx/test_ucx_rcache
 test_ucx_test_ucx_rcache_SOURCES = test/ucx/test_ucx_rcache.c test/ucx/provider_ucx.c \
@@ -14,7 +14,7 @@ EXTRA_test_ucx_test_ucx_rcache_DEPENDENCIES = libvmtrack-ucx.la
 endif
 
 # A UCP put over RDMA with the module (soft-RoCE in the guest rig; skips without a device).
-if HAVE_UCX
+if UCX_MODULE
 check_PROGRAMS += test/ucx/test_ucp_rxe
 TESTS += test/ucx/test_ucp_rxe
 test_ucx_test_ucp_rxe_SOURCES = test/ucx/test_ucp_rxe.c
@@ -28,7 +28,7 @@ endif
 # A 2-rank MPICH job over soft-RoCE with the module (test/ucx/mpich_rxe.sh, in the guest rig;
 # skips, saying why, without VMT_UCX_VM=1 or without Debian's mpich). The job is built with
 # MPICH's own wrapper, mpicc.mpich, and links no vmtrack: the same binary runs on stock UCX.
-if HAVE_UCX
+if UCX_MODULE
 TESTS += test/ucx/mpich_rxe.sh
 if HAVE_MPICH
 MPICH_STALE = test/ucx/mpich_stale$(EXEEXT)
@@ -45,7 +45,7 @@ EXTRA_DIST += test/ucx/mpich_rxe.sh test/ucx/mpich_stale.c
 
 # The tests above in the guest rig (Debian's kernel under qemu with vmtrack.ko, and soft-RoCE
 # for the UCP transfer and the MPICH job): `make check-ucx-vm`.
-if HAVE_UCX
+if UCX_MODULE
 .PHONY: check-ucx-vm
 check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la \
 		$(MPICH_STALE)
@@ -56,7 +56,7 @@ endif
 
 # What a caller of UCX's public ucs_rcache_* API may rely on, against stock UCX and with the
 # module (deliberate differences: the table in doc/ucx.md).
-if HAVE_UCX
+if UCX_MODULE
 check_PROGRAMS += test/ucx/test_ucs_rcache_semantics
 TESTS += test/ucx/test_ucs_rcache_semantics
 test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c \
@@ -70,8 +70,8 @@ endif
 
 # One cache for both stacks: Open MPI's component, a UCX rcache (libvmtrack-ucx linked before
 # libucs, not preloaded) and an io_uring user on one buffer and one budget.
-if HAVE_UCX
-if HAVE_OMPI
+if UCX_MODULE
+if OMPI_COMPONENT
 check_PROGRAMS += test/ucx/test_one_cache
 TESTS += test/ucx/test_one_cache
 test_ucx_test_one_cache_SOURCES = test/ucx/test_one_cache.c test/ucx/ucx_rcache_params.h \
