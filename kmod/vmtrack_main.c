@@ -87,6 +87,11 @@ static inline u64 wk_handle(const struct vmtrack_wk *w)
 	return ((u64)w->gen0 << 32) | w->index;
 }
 
+/*
+ * A mapping's flags, where the interface moved (kmod/Kbuild probes for it): changed through
+ * vm_flags_mod() since 6.3 made vm_flags const; a bitmap tested by bit number with vma_test()
+ * since 6.19, where vm_flags is only a view kept while the kernel converts.
+ */
 static void vmtrack_set_vm_flags(struct vm_area_struct *vma, vm_flags_t set, vm_flags_t clear)
 {
 #ifdef VMTRACK_HAVE_VM_FLAGS_MOD
@@ -95,6 +100,12 @@ static void vmtrack_set_vm_flags(struct vm_area_struct *vma, vm_flags_t set, vm_
 	vma->vm_flags = (vma->vm_flags | set) & ~clear;
 #endif
 }
+
+#ifdef VMTRACK_HAVE_VMA_TEST
+#define vmtrack_vma_test(vma, flag)	vma_test(vma, VMA_##flag##_BIT)
+#else
+#define vmtrack_vma_test(vma, flag)	(!!((vma)->vm_flags & VM_##flag))
+#endif
 
 static inline bool events_pending(struct vmtrack_file *f)
 {
@@ -132,8 +143,12 @@ static u32 event_reason(enum mmu_notifier_event event)
 		return VMTRACK_EV_RELEASE;
 	case MMU_NOTIFY_MIGRATE:
 		return VMTRACK_EV_MIGRATE;
+#ifdef VMTRACK_HAVE_MMU_NOTIFY_EXCLUSIVE
+	case MMU_NOTIFY_EXCLUSIVE:
+		return VMTRACK_EV_EXCLUSIVE;
+#endif
 	default:
-		/* MMU_NOTIFY_EXCLUSIVE and whatever later kernels add: a change */
+		/* whatever later kernels add: a change */
 		return VMTRACK_EV_OTHER;
 	}
 }
@@ -154,6 +169,12 @@ static bool vmtrack_invalidate(struct mmu_interval_notifier *mni,
 		/* the same pages stay mapped: registrations remain valid */
 		return true;
 	default:
+		/*
+		 * A change, EXCLUSIVE included: since 6.15 it means a device took the pages
+		 * (the same pages; taking them back reports CLEAR), before that it also reported
+		 * the CPU's fault that took them back. A spurious invalidation costs a
+		 * registration, a missed one a stale registration.
+		 */
 		break;
 	}
 
@@ -572,9 +593,9 @@ static int vmtrack_mmap(struct file *file, struct vm_area_struct *vma)
 		return -EBADF;
 	if (vma->vm_pgoff || vma_pages(vma) > f->max_pages)
 		return -EINVAL;
-	if (!(vma->vm_flags & VM_MAYSHARE))
+	if (!vmtrack_vma_test(vma, MAYSHARE))
 		return -EINVAL;
-	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
+	if (vmtrack_vma_test(vma, WRITE) || vmtrack_vma_test(vma, EXEC))
 		return -EPERM;
 	/* read-only for good, not inherited by a child, not in core dumps */
 	vmtrack_set_vm_flags(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,

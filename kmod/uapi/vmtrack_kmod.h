@@ -95,7 +95,7 @@ enum {
 	VMTRACK_EV_CLEAR,	/* pages dropped or replaced: madvise, truncate, MAP_FIXED, ... */
 	VMTRACK_EV_RELEASE,	/* the address space is going away */
 	VMTRACK_EV_MIGRATE,	/* pages moved */
-	VMTRACK_EV_EXCLUSIVE,	/* pages taken for exclusive device access */
+	VMTRACK_EV_EXCLUSIVE,	/* pages taken for exclusive device access (Linux 5.14+) */
 	VMTRACK_EV_OTHER,	/* an event this version does not know (treated as a change) */
 	VMTRACK_EV_OVERFLOW = 0x100,	/* events were lost: everything is suspect */
 };
