@@ -31,8 +31,13 @@
 #include "vmtrack_version.h"
 
 #define WORDS_PER_PAGE		(PAGE_SIZE / sizeof(u32))
-#define MAX_WATCHES_LIMIT	(1u << 26)
-#define MAX_EVENTS_LIMIT	(1u << 20)
+#define MAX_WATCHES_LIMIT	BIT(26)
+#define MAX_EVENTS_LIMIT	BIT(20)
+
+/* kzalloc_obj() (7.0) where the kernel has it (kmod/Kbuild), the sizeof form before */
+#ifndef VMTRACK_HAVE_KZALLOC_OBJ
+#define kzalloc_obj(obj, gfp)	kzalloc(sizeof(obj), gfp)
+#endif
 #define READ_BATCH		64
 
 static unsigned int max_watches = 1u << 20;
@@ -214,7 +219,7 @@ static int vmtrack_open(struct inode *inode, struct file *file)
 
 	if (!current->mm)
 		return -EINVAL;
-	f = kzalloc(sizeof(*f), GFP_KERNEL_ACCOUNT);
+	f = kzalloc_obj(*f, GFP_KERNEL_ACCOUNT);
 	if (!f)
 		return -ENOMEM;
 	f->ring = kvcalloc(me, sizeof(*f->ring), GFP_KERNEL_ACCOUNT);
@@ -518,8 +523,8 @@ static ssize_t vmtrack_read(struct file *file, char __user *buf, size_t count, l
 			ret = -EAGAIN;
 			goto out;
 		}
-		ret = wait_event_interruptible(f->wq, READ_ONCE(f->ev_count) ||
-						      READ_ONCE(f->overflow));
+		ret = wait_event_interruptible(f->wq,
+					       READ_ONCE(f->ev_count) || READ_ONCE(f->overflow));
 		if (ret)
 			goto out;
 		spin_lock(&f->evlock);

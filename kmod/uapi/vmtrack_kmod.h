@@ -57,7 +57,8 @@ struct vmtrack_info {
  * watch is made only if VMAs cover the whole range once it is in place (else EFAULT, and
  * nothing is watched): a word that has not moved then also says the range is still mapped,
  * and the caller needs no mapped check of its own. Errors: EINVAL (bad argument), ENOSPC
- * (max_watches reached), ENOMEM, EBADF (not the opener's address space), EFAULT. */
+ * (max_watches reached), ENOMEM, EBADF (not the opener's address space), EFAULT.
+ */
 struct vmtrack_watch {
 	__u64 start;
 	__u64 len;
@@ -71,7 +72,8 @@ struct vmtrack_watch {
 };
 
 /* VMTRACK_IOC_UNWATCH: stop watching. The handle must be one WATCH returned to this file and
- * not yet unwatched (else ENOENT). flags and reserved must be 0. The word is incremented. */
+ * not yet unwatched (else ENOENT). flags and reserved must be 0. The word is incremented.
+ */
 struct vmtrack_unwatch {
 	__u64 handle;
 	__u32 flags;
@@ -80,7 +82,8 @@ struct vmtrack_unwatch {
 
 /* read() returns whole events (at least one fits in the buffer, else EINVAL); EAGAIN when
  * none is queued and the file is non-blocking; poll() says POLLIN when one is. One event per
- * watch at most (the first change; later ones only increment the word). */
+ * watch at most (the first change; later ones only increment the word).
+ */
 struct vmtrack_event {
 	__u64 cookie;		/* the watch's cookie (0 for OVERFLOW) */
 	__u64 start;		/* the part of the watched range that changed */
