@@ -1,15 +1,18 @@
-/* UCX's host-memory registration caches served by vmtrack's shared cache.
+/* The six functions of ucs/memory/rcache.h, interposed, and UCX's host-memory registration
+ * caches served by vmtrack's shared cache.
  *
- * The six functions of ucs/memory/rcache.h are interposed. An rcache that only asks for
- * UCM_EVENT_VM_UNMAPPED (host memory: UCX's ib md, knem) becomes a device of vmt_shared():
- * a hit is a vmt_get, no UCX page table, no rwlock, no LRU spinlock. Everything else goes to
- * libucs untouched, and keeps getting vmtrack's events from the feed in vmtrack_ucx.c:
+ * Under a release other than 1.13 (ucx_release.h) every call goes to libucs with the
+ * arguments its caller passed; the module only refuses, when the feed says UCX must not
+ * cache (VMT_UCX_UNCACHED, or SYNC with the events not arriving), the rcaches that need unmap
+ * events. Under 1.13, an rcache that only asks for UCM_EVENT_VM_UNMAPPED (host memory: UCX's
+ * ib md, knem) becomes a device of vmt_shared(): a hit is a vmt_get, no UCX page table, no
+ * rwlock, no LRU spinlock. Everything else goes to libucs (rcache_watch.c watches it with
+ * kmod or uffd), and keeps getting vmtrack's events from the feed (ucx_feed.c):
  *   - ucm_events 0 (xpmem caches a peer's segments by the peer's addresses: never vmtrack's),
  *   - UCM_EVENT_MEM_TYPE_FREE (GPU memory: no tracker sees cudaFree; UCP's own rcache asks
  *     for it too),
- *   - a UCX version this file was not checked against (1.17 changed ucs_rcache_get),
  *   - parameters UCX would refuse (UCX then says why), VMTRACK_UCX_NATIVE=0, module off.
- * A native rcache starts with a magic word; at that offset a real ucs_rcache_t holds a size,
+ * A native rcache starts with a magic word; at that offset a real ucx_rcache_t holds a size,
  * so one load tells them apart.
  *
  * Region memory: a 64-byte header, then region_struct_size zeroed bytes (16-byte aligned,
@@ -39,11 +42,11 @@
 #include <unistd.h>
 
 #include <ucm/api/ucm.h>
-#include <ucp/api/ucp_version.h>
-#include <ucs/memory/rcache.h>
 
 #include "md_lock.h"
-#include "rcache_native.h"
+#include "rcache_watch.h"
+#include "ucx_feed.h"
+#include "ucx_release.h"
 #include "vmtrack.h"
 #include "vmtrack_ucx.h"
 
@@ -54,7 +57,7 @@ struct native_rcache {
     uint64_t magic;                 /* first: tells a native rcache from a real one */
     struct vmt_device *_Atomic dev;
     _Atomic unsigned gen;           /* fork generation dev was attached in */
-    ucs_rcache_params_t params;
+    struct ucx_g1_params params;
     struct vmt_device_ops dops;
     struct md_lock cb_lock;         /* mem_reg / mem_dereg, and spare_hdrs */
     struct native_hdr *spare_hdrs;  /* deregistered regions' memory, for the next misses */
@@ -66,7 +69,7 @@ struct native_rcache {
 };
 
 struct completion {
-    ucs_rcache_invalidate_comp_func_t cb;
+    ucx_comp_cb_t cb;
     void *arg;
     struct completion *next;
 };
@@ -122,62 +125,32 @@ static struct {
     char why[160];
     struct native_rcache *all;      /* every native rcache (PURGE_ON_FORK walks them) */
     _Atomic unsigned gen;
-    _Atomic uint64_t native, forwarded;
 } n = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static inline struct native_rcache *native_of(ucs_rcache_t *rc)
+static inline struct native_rcache *native_of(ucx_rcache_t *rc)
 {
     struct native_rcache *nr = (struct native_rcache *)rc;
     return nr && nr->magic == NATIVE_MAGIC ? nr : NULL;
 }
 
-static inline struct native_hdr *hdr_of(ucs_rcache_region_t *r)
+static inline struct native_hdr *hdr_of(struct ucx_g1_region *r)
 {
     return (struct native_hdr *)((char *)r - HDR_SIZE);
 }
 
-static inline ucs_rcache_region_t *region_of(struct native_hdr *h)
+static inline struct ucx_g1_region *region_of(struct native_hdr *h)
 {
-    return (ucs_rcache_region_t *)((char *)h + HDR_SIZE);
-}
-
-/* ---- which UCX ----------------------------------------------------------------------- */
-/* The layouts used here are those of UCX 1.13 to 1.16 (rcache.h unchanged but for 1.16's
- * additions); 1.17 added an argument to ucs_rcache_get. libucs has no version call: libucp's
- * is asked when it is loaded, else ucs_rcache_set_params (1.16 on) makes the version unknown. */
-static int version_known(char *why, size_t len)
-{
-    void (*ucp_ver)(unsigned *, unsigned *, unsigned *) =
-        (void (*)(unsigned *, unsigned *, unsigned *))dlsym(RTLD_DEFAULT, "ucp_get_version");
-    unsigned major = 0, minor = 0, release = 0;
-
-    if (UCP_API_MAJOR != 1 || UCP_API_MINOR < 13 || UCP_API_MINOR > 16) {
-        snprintf(why, len, "built against UCX %d.%d", UCP_API_MAJOR, UCP_API_MINOR);
-        return 0;
-    }
-    if (ucp_ver) {
-        ucp_ver(&major, &minor, &release);
-        if (major != 1 || minor < 13 || minor > 16) {
-            snprintf(why, len, "UCX %u.%u.%u is not one of 1.13-1.16", major, minor, release);
-            return 0;
-        }
-        return 1;
-    }
-    if (dlsym(RTLD_NEXT, "ucs_rcache_set_params")) {
-        snprintf(why, len, "libucs is 1.16 or later and libucp is not loaded to say which");
-        return 0;
-    }
-    return 1;
+    return (struct ucx_g1_region *)((char *)h + HDR_SIZE);
 }
 
 static void atfork_prepare(void)
 {
-    /* UCS_RCACHE_FLAG_PURGE_ON_FORK: the rcache's unused regions are deregistered before fork,
+    /* UCX_G1_FLAG_PURGE_ON_FORK: the rcache's unused regions are deregistered before fork,
      * so the child does not inherit pinned pages it cannot use. This runs before vmtrack's own
      * prepare handler (registered earlier), which takes its locks. */
     pthread_mutex_lock(&n.lock);
     for (struct native_rcache *nr = n.all; nr; nr = nr->next)
-        if ((nr->params.flags & UCS_RCACHE_FLAG_PURGE_ON_FORK) &&
+        if ((nr->params.flags & UCX_G1_FLAG_PURGE_ON_FORK) &&
             atomic_load(&nr->gen) == atomic_load(&n.gen) && atomic_load(&nr->dev))
             vmt_device_flush(atomic_load(&nr->dev));
     pthread_mutex_unlock(&n.lock);
@@ -196,16 +169,13 @@ static int native_enabled(void)
     if (!n.decided) {
         const char *env = getenv("VMTRACK_UCX_NATIVE");
         n.decided = 1;
-        vmt_ucx_resolve_real();
         if (env && !strcmp(env, "0"))
             snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=0");
         else if (env && *env && strcmp(env, "1"))
             snprintf(n.why, sizeof(n.why), "VMTRACK_UCX_NATIVE=%s is not 1 or 0", env);
-        else if (vmt_ucx_mode(NULL, 0) == VMT_UCX_OFF)
-            snprintf(n.why, sizeof(n.why), "the module is off");
-        else if (!vmt_ucx_real.put || !vmt_ucx_real.hold || !vmt_ucx_real.invalidate)
+        else if (!ucx_real.put || !ucx_real.hold || !ucx_real.invalidate)
             snprintf(n.why, sizeof(n.why), "libucs's region functions not found");
-        else if (version_known(n.why, sizeof(n.why))) {
+        else {
             n.enabled = 1;
             pthread_atfork(atfork_prepare, NULL, atfork_child);
         }
@@ -276,7 +246,7 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
     int merged = req && (start < (req->addr & ~(g_page - 1)) ||
                          start + len > ((req->addr + req->len + g_page - 1) & ~(g_page - 1)));
     struct native_hdr *h;
-    ucs_rcache_region_t *r;
+    struct ucx_g1_region *r;
     ucs_status_t st;
 
     md_lock(&nr->cb_lock);
@@ -295,8 +265,8 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
               (access & VMT_ACCESS_WRITE ? PROT_WRITE : 0);
     r->refcount = 1;                /* callers only assert > 0: never a count here */
     r->status = UCS_OK;
-    st = nr->params.ops->mem_reg(nr->params.context, (ucs_rcache_t *)nr, req ? req->arg : NULL,
-                                 r, merged ? UCS_RCACHE_MEM_REG_HIDE_ERRORS : 0);
+    st = nr->params.ops->mem_reg(nr->params.context, (ucx_rcache_t *)nr, req ? req->arg : NULL,
+                                 r, merged ? UCX_G1_MEM_REG_HIDE_ERRORS : 0);
     if (st != UCS_OK)
         hdr_give(nr, h);
     md_unlock(&nr->cb_lock);
@@ -307,7 +277,7 @@ static int dev_reg(void *ctx, void *addr, size_t len, unsigned access, void **ha
             req->status = st;
         return status_to_errno(st);
     }
-    r->flags = UCS_RCACHE_REGION_FLAG_REGISTERED | UCS_RCACHE_REGION_FLAG_PGTABLE;
+    r->flags = UCX_G1_REGION_REGISTERED | UCX_G1_REGION_PGTABLE;
     *handle = h;
     return 0;
 }
@@ -341,11 +311,11 @@ static void dev_dereg(void *ctx, void *handle)
 {
     struct native_rcache *nr = ctx;
     struct native_hdr *h = handle;
-    ucs_rcache_region_t *r = region_of(h);
+    struct ucx_g1_region *r = region_of(h);
 
     r->flags = 0;
     md_lock(&nr->cb_lock);
-    nr->params.ops->mem_dereg(nr->params.context, (ucs_rcache_t *)nr, r);
+    nr->params.ops->mem_dereg(nr->params.context, (ucx_rcache_t *)nr, r);
     if (!atomic_load(&nr->destroying)) {
         /* the last put was made: nobody looks at the region again but its completions,
          * which run after mem_dereg, as UCP expects */
@@ -388,20 +358,23 @@ static inline struct vmt_device *device(struct native_rcache *nr)
 }
 
 /* ---- the six functions --------------------------------------------------------------- */
-int vmt_ucx_params_valid(const ucs_rcache_params_t *p)
+/* What UCX's ucs_rcache_create accepts (rcache.c checks the same): anything else goes to
+ * libucs as given, so that UCX refuses it with its own message. */
+static int g1_params_valid(const struct ucx_g1_params *p)
 {
     return p && p->ops && p->ops->mem_reg && p->ops->mem_dereg &&
-           p->region_struct_size >= sizeof(ucs_rcache_region_t) &&
-           p->alignment >= UCS_RCACHE_MIN_ALIGNMENT && !(p->alignment & (p->alignment - 1)) &&
+           p->region_struct_size >= sizeof(struct ucx_g1_region) &&
+           p->alignment >= UCX_G1_MIN_ALIGNMENT && !(p->alignment & (p->alignment - 1)) &&
            p->alignment <= p->max_alignment;
 }
 
-int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
-                          ucs_rcache_t **rcache_p)
+/* 1 and *rcache_p set: served by vmtrack; 0: not for vmtrack; < 0: an errno. */
+static int native_create(const struct ucx_g1_params *params, const char *name,
+                         ucx_rcache_t **rcache_p)
 {
     struct native_rcache *nr;
 
-    if (!vmt_ucx_params_valid(params) || params->ucm_events != UCM_EVENT_VM_UNMAPPED || !native_enabled())
+    if (params->ucm_events != UCM_EVENT_VM_UNMAPPED || !native_enabled())
         return 0;
     if (posix_memalign((void **)&nr, 64, sizeof(*nr)))
         return -ENOMEM;
@@ -430,17 +403,12 @@ int vmt_ucx_native_create(const ucs_rcache_params_t *params, const char *name,
     nr->next = n.all;
     n.all = nr;
     pthread_mutex_unlock(&n.lock);
-    atomic_fetch_add(&n.native, 1);
-    *rcache_p = (ucs_rcache_t *)nr;
+    atomic_fetch_add(&ucx_counters.native, 1);
+    *rcache_p = (ucx_rcache_t *)nr;
     return 1;
 }
 
-void vmt_ucx_note_forwarded(void)
-{
-    atomic_fetch_add(&n.forwarded, 1);
-}
-
-int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
+static int native_destroy(ucx_rcache_t *rcache)
 {
     struct native_rcache *nr = native_of(rcache);
     struct vmt_device *d;
@@ -474,7 +442,7 @@ int vmt_ucx_native_destroy(ucs_rcache_t *rcache)
     }
     nr->magic = 0;
     free(nr);
-    atomic_fetch_sub(&n.native, 1);
+    atomic_fetch_sub(&ucx_counters.native, 1);
     return 1;
 }
 
@@ -488,7 +456,7 @@ static inline unsigned access_of(int prot)
 
 /* The region of a registration vmtrack gave; the first get of it (a miss, or another
  * thread's hit before the miss returned) notes the registration for the puts. */
-static inline ucs_rcache_region_t *region_got(struct native_hdr *h, struct vmt_reg *v)
+static inline struct ucx_g1_region *region_got(struct native_hdr *h, struct vmt_reg *v)
 {
     if (__builtin_expect(!atomic_load_explicit(&h->reg, memory_order_relaxed), 0))
         atomic_store_explicit(&h->reg, v, memory_order_relaxed);
@@ -498,13 +466,24 @@ static inline ucs_rcache_region_t *region_got(struct native_hdr *h, struct vmt_r
 /* ucs_rcache_get's arguments, in memory across the memo lookup: kept in registers instead,
  * they cost every hit six saves and restores (0.3-0.4 ns of 11), and only a miss reads them. */
 struct get_call {
-    ucs_rcache_t *rcache;
+    ucx_rcache_t *rcache;
     void *address;
     size_t length;
-    int prot;
-    void *arg;
-    ucs_rcache_region_t **region_p;
+    uintptr_t a3, a4, a5, a6;       /* the rest, as the caller's release passed them */
 };
+
+/* ucs_rcache_get of an rcache the module does not serve: 1.13's are watched
+ * (rcache_watch.c), those of 1.14-1.16 are libucs's with the same arguments, and from 1.17 on
+ * libucs's get takes an alignment after the length. */
+static ucs_status_t get_forward(const struct get_call *c)
+{
+    if (ucx_release()->api == UCX_RCACHE_API_113)
+        return ucx_watch_get(c->rcache, c->address, c->length, (int)c->a3, (void *)c->a4,
+                             (struct ucx_g1_region **)c->a5);
+    ucx_real_resolve();
+    return ucx_real.get_g2(c->rcache, c->address, c->length, (size_t)c->a3, (int)c->a4,
+                           (void *)c->a5, (void **)c->a6);
+}
 
 /* Everything but a memo hit: the request in t_req for dev_reg, then the index and a
  * registration (vmt_get_handle_walk: vmt_get_memo has looked at the memo already). */
@@ -518,31 +497,39 @@ static __attribute__((noinline)) ucs_status_t get_registering(const struct get_c
     int ret;
 
     if (!nr)
-        return vmt_ucx_feed_get(c->rcache, c->address, c->length, c->prot, c->arg,
-                                c->region_p);
+        return get_forward(c);
     d = device(nr);
     if (!d)
         return UCS_ERR_IO_ERROR;
     req.nr = nr;
-    req.arg = c->arg;
+    req.arg = (void *)c->a4;
     req.addr = (uintptr_t)c->address;
     req.len = c->length;
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
-    ret = vmt_get_handle_walk(d, c->address, c->length, access_of(c->prot), &v, (void **)&h);
+    ret = vmt_get_handle_walk(d, c->address, c->length, access_of((int)c->a3), &v, (void **)&h);
     t_req = req.prev;
     if (ret < 0)
         return req.status != UCS_OK ? req.status : errno_to_status(ret);
-    *c->region_p = region_got(h, v);
+    *(struct ucx_g1_region **)c->a5 = region_got(h, v);
     return UCS_OK;
 }
 
-/* The hit path: the magic, the device, vmtrack's memo; no request is set up for a hit. */
-VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
-                                           int prot, void *arg, ucs_rcache_region_t **region_p)
+/* The hit path: the magic, the device, vmtrack's memo; no request is set up for a hit.
+ *
+ * Callers pass what their release declares: 1.13-1.16 (rcache, address, length, int prot,
+ * arg, region_p), 1.17 on (rcache, address, length, size_t alignment, int prot, arg,
+ * region_p). The export takes the longer list, the last four as integers, and reads them as
+ * the running release passed them: on LP64 ABIs a six-argument caller's arguments are the
+ * first six here, and the seventh (a stack slot of the caller's frame) is only read for a
+ * release that passes it. Only a native rcache (1.13) is served here; none exists on another
+ * release, where every call is forwarded. */
+VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucx_rcache_t *rcache, void *address, size_t length,
+                                           uintptr_t a3, uintptr_t a4, uintptr_t a5,
+                                           uintptr_t a6)
 {
-    struct get_call c = {rcache, address, length, prot, arg, region_p};
+    struct get_call c = {rcache, address, length, a3, a4, a5, a6};
     struct native_rcache *nr = native_of(rcache);
     struct native_hdr *h;
     struct vmt_device *d;
@@ -553,29 +540,29 @@ VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, 
      * answers no memo lookup in the child, where vmtrack marks it forked away. */
     if (__builtin_expect(nr != NULL, 1) &&
         __builtin_expect((d = atomic_load_explicit(&nr->dev, memory_order_acquire)) != NULL, 1) &&
-        vmt_get_memo(d, address, length, access_of(prot), &v, (void **)&h) == 0) {
-        *c.region_p = region_got(h, v);
+        vmt_get_memo(d, address, length, access_of((int)a3), &v, (void **)&h) == 0) {
+        *(struct ucx_g1_region **)a5 = region_got(h, v);
         return UCS_OK;
     }
     return get_registering(&c);
 }
 
-VMT_UCX_EXPORT void ucs_rcache_region_hold(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
+VMT_UCX_EXPORT void ucs_rcache_region_hold(ucx_rcache_t *rcache, struct ucx_g1_region *region)
 {
     if (!native_of(rcache)) {
-        vmt_ucx_resolve_real();
-        vmt_ucx_real.hold(rcache, region);
+        ucx_real_resolve();
+        ucx_real.hold(rcache, region);
         return;
     }
     atomic_fetch_add_explicit(&hdr_of(region)->put_state, 1, memory_order_relaxed);
 }
 
 /* Out of line: a call in ucs_rcache_region_put would give its common path a frame. */
-static __attribute__((noinline)) void put_forward(ucs_rcache_t *rcache,
-                                                  ucs_rcache_region_t *region)
+static __attribute__((noinline)) void put_forward(ucx_rcache_t *rcache,
+                                                  struct ucx_g1_region *region)
 {
-    vmt_ucx_resolve_real();
-    vmt_ucx_real.put(rcache, region);
+    ucx_real_resolve();
+    ucx_real.put(rcache, region);
 }
 
 /* A put that is not the common one: an extra hold to give back, or a region that is no
@@ -594,7 +581,7 @@ static __attribute__((noinline)) void put_uncommon(struct native_hdr *h, uint64_
     }
 }
 
-VMT_UCX_EXPORT void ucs_rcache_region_put(ucs_rcache_t *rcache, ucs_rcache_region_t *region)
+VMT_UCX_EXPORT void ucs_rcache_region_put(ucx_rcache_t *rcache, struct ucx_g1_region *region)
 {
     struct native_hdr *h;
     uint64_t state;
@@ -613,15 +600,22 @@ VMT_UCX_EXPORT void ucs_rcache_region_put(ucs_rcache_t *rcache, ucs_rcache_regio
     vmt_put(atomic_load_explicit(&h->reg, memory_order_relaxed));
 }
 
-VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcache_region_t *region,
-                                                 ucs_rcache_invalidate_comp_func_t cb, void *arg)
+VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucx_rcache_t *rcache, struct ucx_g1_region *region,
+                                                 ucx_comp_cb_t cb, void *arg)
 {
     struct native_hdr *h;
     struct completion *c;
 
+    if (!rcache) {
+        /* UCP 1.18-1.21 asks this of a memory handle made without a cache when a
+         * rendezvous is aborted (UCX's #11467): no cache holds the region, so there is
+         * nothing to drop; the completion runs now, as UCX does from 1.22 on */
+        cb(arg);
+        return;
+    }
     if (!native_of(rcache)) {
-        vmt_ucx_resolve_real();
-        vmt_ucx_real.invalidate(rcache, region, cb, arg);
+        ucx_real_resolve();
+        ucx_real.invalidate(rcache, region, cb, arg);
         return;
     }
     h = hdr_of(region);
@@ -643,8 +637,71 @@ VMT_UCX_EXPORT void ucs_rcache_region_invalidate(ucs_rcache_t *rcache, ucs_rcach
         vmt_reg_invalidate(atomic_load(&h->reg));
 }
 
-void vmt_ucx_native_counts(uint64_t *native, uint64_t *forwarded)
+
+/* ucs_rcache_create under a release whose rcaches the module does not serve. */
+static ucs_status_t create_unserved(const void *params, const char *name, void *stats_parent,
+                                    ucx_rcache_t **rcache_p)
 {
-    *native = atomic_load(&n.native);
-    *forwarded = atomic_load(&n.forwarded);
+    static _Atomic int said;
+    int events = ucx_release_params_events(params);
+    enum vmt_ucx_mode mode = ucx_feed_mode();
+
+    if (events > 0 && (events & UCM_EVENT_VM_UNMAPPED)) {
+        if (mode == VMT_UCX_UNCACHED) {
+            atomic_fetch_add(&ucx_counters.refused, 1);
+            if (!atomic_exchange(&said, 1))
+                ucx_log(1, "UCX %s with vmtrack's %s tracker: refusing UCX's registration "
+                        "cache \"%s\" (UCP's hits could not be checked); UCX registers per "
+                        "operation", ucx_release()->name, ucx_feed_tracker(), name ? name : "?");
+            return UCS_ERR_UNSUPPORTED;
+        }
+        if (mode == VMT_UCX_SYNC && !ucx_feed_reaches_ucx(name)) {
+            atomic_fetch_add(&ucx_counters.refused, 1);
+            return UCS_ERR_UNSUPPORTED;
+        }
+    }
+    atomic_fetch_add(&ucx_counters.forwarded, 1);
+    return ucx_real.create(params, name, stats_parent, rcache_p);
+}
+
+/* params is a ucs_rcache_params_t of the running release: read as 1.13's only under 1.13. */
+VMT_UCX_EXPORT ucs_status_t ucs_rcache_create(const void *params, const char *name,
+                                              void *stats_parent, ucx_rcache_t **rcache_p)
+{
+    const struct ucx_g1_params *p = params;
+    enum vmt_ucx_mode mode;
+    int native;
+
+    vmt_ucx_init();
+    ucx_real_resolve();
+    if (!ucx_real.create)
+        return UCS_ERR_UNSUPPORTED;
+    if (ucx_release()->support != UCX_SERVE)
+        return create_unserved(params, name, stats_parent, rcache_p);
+    mode = ucx_feed_mode();
+    if (mode == VMT_UCX_OFF || !g1_params_valid(p) || !(p->ucm_events & UCM_EVENT_VM_UNMAPPED)) {
+        atomic_fetch_add(&ucx_counters.forwarded, 1);
+        return ucx_real.create(params, name, stats_parent, rcache_p);
+    }
+    /* Without unmap events, refuse: UCX then registers without a cache (slow, never stale). */
+    if (mode == VMT_UCX_SYNC && !ucx_feed_reaches_ucx(name))
+        return UCS_ERR_UNSUPPORTED;
+    native = native_create(p, name, rcache_p);
+    if (native > 0)
+        return UCS_OK;
+    if (native < 0)
+        return UCS_ERR_NO_MEMORY;
+    atomic_fetch_add(&ucx_counters.forwarded, 1);
+    return ucx_watch_create(p, name, stats_parent, rcache_p);
+}
+
+VMT_UCX_EXPORT void ucs_rcache_destroy(ucx_rcache_t *rcache)
+{
+    if (native_destroy(rcache))
+        return;
+    ucx_real_resolve();
+    if (ucx_release()->support == UCX_SERVE)
+        ucx_watch_destroy(rcache);
+    else
+        ucx_real.destroy(rcache);
 }

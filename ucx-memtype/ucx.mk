@@ -1,11 +1,14 @@
-# ucx-memtype/: libvmtrack-ucx, which makes UCX 1.13's registration caches take their memory
-# events from vmtrack (doc/ucx.md), and its tests (test/ucx/).
+# ucx-memtype/: libvmtrack-ucx, which makes UCX's registration caches (1.13 to 1.23) take their
+# memory events from vmtrack (doc/ucx.md), and its tests (test/ucx/).
 if UCX_MODULE
 lib_LTLIBRARIES += libvmtrack-ucx.la
 vmtrackucxincdir = $(includedir)/vmtrack
 vmtrackucxinc_HEADERS = ucx-memtype/vmtrack_ucx.h
-libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.c ucx-memtype/vmtrack_ucx.h \
-	ucx-memtype/rcache_native.c ucx-memtype/rcache_native.h \
+libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.h \
+	ucx-memtype/ucx_release.c ucx-memtype/ucx_release.h \
+	ucx-memtype/ucx_feed.c ucx-memtype/ucx_feed.h \
+	ucx-memtype/rcache_watch.c ucx-memtype/rcache_watch.h \
+	ucx-memtype/rcache_native.c \
 	ucx-memtype/md_lock.c ucx-memtype/md_lock.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
 libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt $(LTO_FLAGS)

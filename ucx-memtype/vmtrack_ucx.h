@@ -1,15 +1,18 @@
-/* libvmtrack-ucx: UCX 1.13 takes its memory events from vmtrack's tracker.
+/* libvmtrack-ucx: UCX (1.13 to 1.23) takes its memory events from vmtrack's tracker.
  *
  * Load it before UCX creates its registration caches (LD_PRELOAD=libvmtrack-ucx.so, or link
  * -lvmtrack-ucx before -lucp/-lucs). Its constructor calls vmt_ucx_init(), which
+ *   - learns which UCX runs; under a release it does not know it says so and stays off,
  *   - declares UCM_EVENT_VM_UNMAPPED external (ucm_set_external_event), so UCX's ucm patches
  *     nothing in libc for its caches (and sets UCX_MEM_MMAP_HOOK_MODE to none unless the user
  *     chose a mode),
  *   - subscribes to the process-wide vmtrack cache (vmt_subscribe(vmt_shared(), ...)) and hands
  *     every address-space event to UCX with ucm_vm_munmap(),
- *   - with a tracker that only reports ranges it watches (kmod, uffd): wraps every ucs_rcache
- *     so that each UCX region is watched from before UCX registers it until UCX deregisters
- *     it, and checks the watch on every ucs_rcache_get hit (see doc/ucx.md).
+ *   - with a tracker that only reports ranges it watches (kmod, uffd): on UCX 1.13 wraps every
+ *     ucs_rcache so that each UCX region is watched from before UCX registers it until UCX
+ *     deregisters it, and checks the watch on every ucs_rcache_get hit; on UCX 1.14 on, whose
+ *     UCP cache hits no interposer reaches, keeps UCX from caching what needs unmap events
+ *     (see doc/ucx.md).
  * If vmtrack has no tracker that can feed UCX ("pass", "none"), or VMTRACK_UCX=0, the module
  * stays out of the way and UCX keeps its own hooks.
  *
@@ -29,6 +32,8 @@ enum vmt_ucx_mode {
     VMT_UCX_SYNC = 1,    /* tracker reports every unmap before it happens (hooks) */
     VMT_UCX_WATCH = 2,   /* tracker reports watched ranges (kmod, uffd): regions are watched
                           * and checked on every hit */
+    VMT_UCX_UNCACHED = 3, /* tracker reports watched ranges, UCX's hits cannot be checked
+                           * (UCX 1.14 on): UCX gets no cache that needs unmap events */
 };
 
 /* Idempotent; the constructor calls it. 0 when the module feeds UCX, else a negative errno
@@ -38,6 +43,9 @@ int vmt_ucx_init(void);
 
 /* The mode in use and, in `why` (may be NULL), one line saying why. */
 enum vmt_ucx_mode vmt_ucx_mode(char *why, size_t whylen);
+
+/* The UCX release the module found ("1.18.1"), or "unknown". */
+const char *vmt_ucx_release(void);
 
 /* Name of vmtrack's tracker feeding UCX ("hooks", "kmod", "uffd"), or "off". */
 const char *vmt_ucx_tracker(void);
@@ -51,6 +59,7 @@ struct vmt_ucx_stats {
     uint64_t stale;         /* hits found stale by the check and re-resolved (WATCH mode) */
     uint64_t native_rcaches;    /* rcaches served by vmt_shared() now (rcache_native.c) */
     uint64_t forwarded_rcaches; /* rcaches created by libucs (GPU, xpmem, unknown UCX) */
+    uint64_t refused_rcaches;   /* VMT_UCX_UNCACHED: rcaches needing unmap events, refused */
 };
 int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
 

@@ -83,3 +83,16 @@ test_ucx_test_one_cache_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ucx_test_one_cache_DEPENDENCIES = $(OMPI_TEST_DEPS) libvmtrack-ucx.la
 endif
 endif
+
+# The module under the UCX it was built with, any release from 1.13 to 1.23: the release
+# table, the mode per tracker, UCP and UCX's rcache API through the interposers.
+if HAVE_UCX
+check_PROGRAMS += test/ucx/test_ucx_release
+TESTS += test/ucx/test_ucx_release
+test_ucx_test_ucx_release_SOURCES = test/ucx/test_ucx_release.c ucx-memtype/ucx_release.c \
+	ucx-memtype/ucx_release.h
+test_ucx_test_ucx_release_CPPFLAGS = $(AM_CPPFLAGS) $(UCX_CFLAGS) -I$(top_srcdir)/ucx-memtype \
+	-DVMT_UCX_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ucx.so"'
+test_ucx_test_ucx_release_LDADD = -lucp -lucs -lucm -ldl -lpthread
+EXTRA_test_ucx_test_ucx_release_DEPENDENCIES = libvmtrack-ucx.la
+endif

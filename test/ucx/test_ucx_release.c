@@ -1,0 +1,319 @@
+/* libvmtrack-ucx under the UCX it was built with, whatever release that is (1.13 to 1.23):
+ *  1. the release table: what the module makes of each UCX release (unknown ones refused);
+ *  2. for the hooks and uffd trackers, a child with the module preloaded and
+ *     UCX_MEM_MMAP_HOOK_MODE=none, which asserts
+ *     - the release the module found is libucp's own (ucp_get_version),
+ *     - the mode: hooks -> events before the system call (SYNC); uffd -> watched hits on
+ *       1.13, no cache that needs unmap events from 1.14 on (UNCACHED),
+ *     - UCP runs (ucp_init, ucp_mem_map/unmap of pages replaced in between) and UCP's own
+ *       registration cache was created (SYNC) or refused (UNCACHED), from the module's counters,
+ *     - UCX's rcache API through the module's interposers, called with this release's
+ *       prototypes (ucs_rcache_get took an alignment from 1.17 on): a get registers once, hits
+ *       after, and after munmap + mmap of the range (SYNC) registers again; the rcache is
+ *       refused under UNCACHED,
+ *     - ucs_rcache_region_invalidate(NULL, ...) runs the completion (UCX's #11467 path).
+ * A tracker that cannot run here (no userfaultfd) is reported and skipped; if none can, the
+ * test skips (77). */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ucm/api/ucm.h>
+#include <ucp/api/ucp.h>
+#include <ucs/memory/rcache.h>
+
+#include "../lib/skip.h"
+#include "ucx_release.h"
+#include "vmtrack_ucx.h"
+
+#ifndef VMT_UCX_MODULE_PATH
+#error "VMT_UCX_MODULE_PATH must name the built libvmtrack-ucx.so"
+#endif
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                          \
+            printf(__VA_ARGS__);                                                            \
+            putchar('\n');                                                                  \
+            return 1;                                                                       \
+        }                                                                                   \
+    } while (0)
+
+#define LEN (64u << 10)
+
+/* ---- 1. the table ----------------------------------------------------------------------- */
+static int check_table(void)
+{
+    static const struct {
+        unsigned major, minor, patch;
+        enum ucx_support support;
+        enum ucx_rcache_api api;
+    } rows[] = {
+        {1, 12, 1, UCX_UNKNOWN, UCX_RCACHE_API_NONE}, {1, 13, 1, UCX_SERVE, UCX_RCACHE_API_113},
+        {1, 16, 0, UCX_FEED, UCX_RCACHE_API_113},     {1, 17, 0, UCX_FEED, UCX_RCACHE_API_117},
+        {1, 18, 1, UCX_FEED, UCX_RCACHE_API_118},     {1, 23, 0, UCX_FEED, UCX_RCACHE_API_118},
+        {1, 24, 0, UCX_UNKNOWN, UCX_RCACHE_API_NONE}, {2, 0, 0, UCX_UNKNOWN, UCX_RCACHE_API_NONE},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct ucx_release r;
+        ucx_release_classify(rows[i].major, rows[i].minor, rows[i].patch, &r);
+        CHECK(r.support == rows[i].support && r.api == rows[i].api, "UCX %s: support %d api %d",
+              r.name, r.support, r.api);
+        CHECK((r.support == UCX_UNKNOWN) == (r.why[0] != 0), "UCX %s: why \"%s\"", r.name,
+              r.why);
+    }
+    printf("release table: ok\n");
+    return 0;
+}
+
+/* ---- 2. in the child -------------------------------------------------------------------- */
+static int nreg;
+
+static ucs_status_t count_reg(void *ctx, ucs_rcache_t *rc, void *arg, ucs_rcache_region_t *r,
+                              uint16_t flags)
+{
+    (void)ctx; (void)rc; (void)arg; (void)r; (void)flags;
+    nreg++;
+    return UCS_OK;
+}
+
+static void count_dereg(void *ctx, ucs_rcache_t *rc, ucs_rcache_region_t *r)
+{
+    (void)ctx; (void)rc; (void)r;
+}
+
+#if UCP_API_MINOR >= 18
+static void no_merge(void *ctx, ucs_rcache_t *rc, void *arg, ucs_rcache_region_t *r)
+{
+    (void)ctx; (void)rc; (void)arg; (void)r;
+}
+#endif
+
+static ucs_status_t rcache_get(ucs_rcache_t *rc, void *addr, ucs_rcache_region_t **r)
+{
+#if UCP_API_MINOR >= 17
+    return ucs_rcache_get(rc, addr, LEN, 1, PROT_READ | PROT_WRITE, NULL, r);
+#else
+    return ucs_rcache_get(rc, addr, LEN, PROT_READ | PROT_WRITE, NULL, r);
+#endif
+}
+
+static ucs_status_t rcache_create(ucs_rcache_t **rc)
+{
+    static ucs_rcache_ops_t ops = {
+        .mem_reg = count_reg,
+        .mem_dereg = count_dereg,
+#if UCP_API_MINOR >= 18
+        .merge = no_merge,
+#endif
+    };
+    ucs_rcache_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.region_struct_size = sizeof(ucs_rcache_region_t);
+#if UCP_API_MINOR < 17
+    p.alignment = UCS_RCACHE_MIN_ALIGNMENT;
+    p.max_alignment = (size_t)sysconf(_SC_PAGESIZE);
+#endif
+    p.ucm_events = UCM_EVENT_VM_UNMAPPED;
+    p.ucm_event_priority = 1000;
+    p.ops = &ops;
+    p.max_regions = ULONG_MAX;
+    p.max_size = SIZE_MAX;
+    p.max_unreleased = SIZE_MAX;
+    return ucs_rcache_create(&p, "test_ucx_release", NULL, rc);
+}
+
+static void *map_pages(void *at)
+{
+    void *p = mmap(at, LEN, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    memset(p, 1, LEN);
+    return p;
+}
+
+/* A get, two hits, and (when the module feeds events) a get after the pages were replaced. */
+static int check_rcache_api(enum vmt_ucx_mode mode)
+{
+    ucs_rcache_t *rc = NULL;
+    ucs_rcache_region_t *r;
+    ucs_status_t st = rcache_create(&rc);
+    void *buf;
+
+    if (mode == VMT_UCX_UNCACHED) {
+        CHECK(st == UCS_ERR_UNSUPPORTED, "an rcache on unmap events was created: %s",
+              ucs_status_string(st));
+        printf("  rcache needing unmap events: refused\n");
+        return 0;
+    }
+    CHECK(st == UCS_OK, "ucs_rcache_create: %s", ucs_status_string(st));
+    buf = map_pages(NULL);
+    CHECK(buf != NULL, "mmap: %s", strerror(errno));
+    for (int i = 0; i < 3; i++) {
+        st = rcache_get(rc, buf, &r);
+        CHECK(st == UCS_OK, "ucs_rcache_get: %s", ucs_status_string(st));
+        CHECK(r->super.start <= (uintptr_t)buf && r->super.end >= (uintptr_t)buf + LEN,
+              "region %#lx-%#lx does not cover %p+%u", (unsigned long)r->super.start,
+              (unsigned long)r->super.end, buf, LEN);
+        ucs_rcache_region_put(rc, r);
+    }
+    CHECK(nreg == 1, "3 gets of one range registered %d times", nreg);
+    CHECK(munmap(buf, LEN) == 0, "munmap: %s", strerror(errno));
+    CHECK(map_pages(buf) == buf, "mmap at %p: %s", buf, strerror(errno));
+    st = rcache_get(rc, buf, &r);
+    CHECK(st == UCS_OK, "ucs_rcache_get after munmap: %s", ucs_status_string(st));
+    ucs_rcache_region_put(rc, r);
+    CHECK(nreg == 2, "the replaced pages were %s", nreg == 1 ? "not registered again (stale)"
+                                                             : "registered more than once");
+    ucs_rcache_destroy(rc);
+    munmap(buf, LEN);
+    printf("  rcache API through the module: registered once, hits, new pages re-registered\n");
+    return 0;
+}
+
+static int completed;
+static void on_complete(void *arg)
+{
+    (void)arg;
+    completed++;
+}
+
+/* UCP with its registration cache: memory maps of a buffer whose pages are replaced. */
+static int check_ucp(void)
+{
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA};
+    ucp_context_h ctx;
+    ucs_status_t st = ucp_init(&params, NULL, &ctx);
+    void *buf = map_pages(NULL);
+
+    CHECK(st == UCS_OK, "ucp_init: %s", ucs_status_string(st));
+    CHECK(buf != NULL, "mmap: %s", strerror(errno));
+    for (int i = 0; i < 20; i++) {
+        ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                                 UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                                   .address = buf, .length = LEN};
+        ucp_mem_h memh;
+        st = ucp_mem_map(ctx, &mp, &memh);
+        CHECK(st == UCS_OK, "ucp_mem_map: %s", ucs_status_string(st));
+        ucp_mem_unmap(ctx, memh);
+        if (i % 5 == 4) {
+            CHECK(munmap(buf, LEN) == 0, "munmap: %s", strerror(errno));
+            CHECK(map_pages(buf) == buf, "mmap at %p: %s", buf, strerror(errno));
+        }
+    }
+    ucp_cleanup(ctx);
+    munmap(buf, LEN);
+    return 0;
+}
+
+/* The module's API, from the preloaded module (the test does not link it). */
+static const char *(*release_of)(void);
+static enum vmt_ucx_mode (*mode_of)(char *, size_t);
+static const char *(*tracker_of)(void);
+static int (*stats_of)(struct vmt_ucx_stats *);
+
+static int run_one(const char *tracker)
+{
+    unsigned major, minor, patch;
+    char name[32], why[256];
+    struct vmt_ucx_stats s = {.sz = sizeof(s)};
+    enum vmt_ucx_mode mode, want;
+
+    release_of = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_release");
+    mode_of = (enum vmt_ucx_mode (*)(char *, size_t))dlsym(RTLD_DEFAULT, "vmt_ucx_mode");
+    tracker_of = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_tracker");
+    stats_of = (int (*)(struct vmt_ucx_stats *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+    CHECK(release_of && mode_of && tracker_of && stats_of, "the module is not preloaded");
+    ucp_get_version(&major, &minor, &patch);
+    snprintf(name, sizeof(name), "%u.%u.%u", major, minor, patch);
+    CHECK(!strcmp(release_of(), name), "module found UCX %s, libucp says %s",
+          release_of(), name);
+    mode = mode_of(why, sizeof(why));
+    printf("UCX %s, tracker %s: mode %d (%s)\n", name, tracker, mode, why);
+    if (mode == VMT_UCX_OFF && strcmp(tracker, "hooks") && strstr(why, "vmt_shared"))
+        return VMT_TEST_SKIP;   /* this tracker cannot run here: the parent says so */
+    want = !strcmp(tracker, "hooks") ? VMT_UCX_SYNC
+           : minor == 13 ? VMT_UCX_WATCH : VMT_UCX_UNCACHED;
+    CHECK(mode == want, "mode %d, expected %d", mode, want);
+    CHECK(!strcmp(tracker_of(), tracker), "tracker %s", tracker_of());
+
+    if (check_ucp())
+        return 1;
+    CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    printf("  UCP: rcaches forwarded %lu, native %lu, refused %lu\n",
+           (unsigned long)s.forwarded_rcaches, (unsigned long)s.native_rcaches,
+           (unsigned long)s.refused_rcaches);
+    if (mode == VMT_UCX_UNCACHED)
+        CHECK(s.refused_rcaches >= 1, "UCP's registration cache was not refused");
+    else
+        CHECK(s.forwarded_rcaches + s.native_rcaches >= 1 && s.refused_rcaches == 0,
+              "UCP's registration cache was not created");
+
+    if (check_rcache_api(mode))
+        return 1;
+    ucs_rcache_region_invalidate(NULL, NULL, on_complete, NULL);
+    CHECK(completed == 1, "invalidate without an rcache ran its completion %d times",
+          completed);
+    printf("  tracker %s: ok\n", tracker);
+    return 0;
+}
+
+/* ---- the parent ------------------------------------------------------------------------- */
+static int spawn(const char *tracker)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        setenv("VMTRACK_TRACKER", tracker, 1);
+        setenv("UCX_TLS", "self,tcp", 1);
+        setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+        execl("/proc/self/exe", "test_ucx_release", "--one", tracker, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+int main(int argc, char **argv)
+{
+    static const char *trackers[] = {"hooks", "uffd"};
+    int fail = 0, ran = 0;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "--one"))
+        return run_one(argv[2]);
+    if (access(VMT_UCX_MODULE_PATH, R_OK) != 0)
+        return test_skip("%s not built: %s", VMT_UCX_MODULE_PATH, strerror(errno));
+    fail |= check_table();
+    for (size_t i = 0; i < sizeof(trackers) / sizeof(trackers[0]); i++) {
+        int rc = spawn(trackers[i]);
+        if (rc == VMT_TEST_SKIP) {
+            printf("tracker %s: cannot run here (see above), not tested\n", trackers[i]);
+            continue;
+        }
+        ran++;
+        if (rc) {
+            printf("tracker %s: FAIL (status %d)\n", trackers[i], rc);
+            fail = 1;
+        }
+    }
+    if (!ran && !fail)
+        return test_skip("no tracker could run here");
+    return fail;
+}
