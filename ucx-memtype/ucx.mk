@@ -8,7 +8,7 @@ libvmtrack_ucx_la_SOURCES = ucx-memtype/vmtrack_ucx.h \
 	ucx-memtype/ucx_release.c ucx-memtype/ucx_release.h \
 	ucx-memtype/ucx_feed.c ucx-memtype/ucx_feed.h \
 	ucx-memtype/rcache_watch.c ucx-memtype/rcache_watch.h \
-	ucx-memtype/rcache_native.c \
+	ucx-memtype/rcache_native.c ucx-memtype/uct_witness.c ucx-memtype/uct_witness.h \
 	ucx-memtype/md_lock.c ucx-memtype/md_lock.h
 libvmtrack_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS)
 libvmtrack_ucx_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -fno-plt $(LTO_FLAGS)

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <ucm/api/ucm.h>
+#include "uct_witness.h"
 #include "ucx_feed.h"
 #include "ucx_release.h"
 #include "vmtrack.h"
@@ -358,6 +359,7 @@ VMT_UCX_EXPORT int vmt_ucx_stats_get(struct vmt_ucx_stats *s)
     v.native_rcaches = atomic_load(&ucx_counters.native);
     v.forwarded_rcaches = atomic_load(&ucx_counters.forwarded);
     v.refused_rcaches = atomic_load(&ucx_counters.refused);
+    ucx_witness_counts(&v.uct_registrations, &v.witness_registrations);
     memcpy(s, &v, v.sz);
     return 0;
 }

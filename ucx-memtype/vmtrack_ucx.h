@@ -60,8 +60,15 @@ struct vmt_ucx_stats {
     uint64_t native_rcaches;    /* rcaches served by vmt_shared() now (rcache_native.c) */
     uint64_t forwarded_rcaches; /* rcaches created by libucs (GPU, xpmem, unknown UCX) */
     uint64_t refused_rcaches;   /* VMT_UCX_UNCACHED: rcaches needing unmap events, refused */
+    uint64_t uct_registrations; /* memory registrations UCT made (uct_md_mem_reg*) */
+    uint64_t witness_registrations; /* those covering the range vmt_ucx_witness() named */
 };
 int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
+
+/* From now on, count UCT's registrations that cover [addr, addr + len) (one range per
+ * process; len 0 forgets it): a test's proof that its buffer was registered (zero-copy), not
+ * copied through UCX's bounce buffers. 0, or -EINVAL for a range that wraps. */
+int vmt_ucx_witness(const void *addr, size_t len);
 
 #ifdef __cplusplus
 }

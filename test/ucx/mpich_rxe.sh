@@ -1,6 +1,7 @@
 #!/bin/bash
 # A 2-rank MPICH job (Debian's mpich, ch4:ucx) over soft-RoCE in the guest rig (test/vm/run
-# --rxe), with UCX's registration caches on stock UCX and served by libvmtrack-ucx:
+# --rxe), on stock UCX and with libvmtrack-ucx. Under UCX 1.13 (Debian 12), where the module
+# serves UCX's registration caches:
 #  1. stock UCX (its own hooks), every kind of change: the stale bytes are shown, not judged;
 #  2. the module with the kmod tracker, every kind of change, UCX_IB_FORK_INIT=n: 0 stale bytes
 #     and that vmtrack cached the source and dropped it at every change asserted;
@@ -8,6 +9,15 @@
 #     about half the runs here vmtrack serves the source uncached then: doc/ucx.md);
 #  4. the module with the hooks tracker, libc's changes only (raw system calls are invisible to
 #     hooks), UCX_IB_FORK_INIT=n: 0 stale bytes and the caching asserted.
+# Under UCX 1.14 on (Debian 13: 1.18), where UCP's cache hits are inline in libucp, every run
+# forces the zero-copy rendezvous (UCX_RNDV_SCHEME=get_zcopy: over rxe UCX 1.18 otherwise
+# copies 1 MiB through bounce buffers and registers no user page) and the job asserts, from
+# the module's count of UCT's registrations of its buffer, that the buffer was registered:
+#  1. stock UCX (its own hooks), every kind of change: the stale bytes are shown, not judged;
+#  2. the module with the kmod tracker, every kind of change: UCX gets no cache (UCP's hits
+#     could not be checked), 0 stale bytes and a registration of the source every round;
+#  4. the module with the hooks tracker, libc's changes only: UCP's cache fed by vmtrack,
+#     0 stale bytes, the source registered at every change and cached in between.
 # test/ucx/mpich_stale is the job: rank 0 sends 1 MiB (rendezvous, zero-copy over rc_verbs)
 # from a buffer whose pages it replaces at the same address between rounds; rank 1 checks every
 # byte; with the module it also checks that vmtrack registered every fresh set of pages.
@@ -45,6 +55,14 @@ in_guest() {
 	unset LD_PRELOAD
 	local with=(-genv LD_PRELOAD "$module" -genv UCX_MEM_MMAP_HOOK_MODE none)
 	local fail=0
+	local release
+	release=$(ucx_info -v 2>/dev/null | sed -n -e "s/^# Version //p" -e "s/^# Library version: //p")
+	echo "UCX $release in the guest"
+	case $release in
+	1.13.*) ;;
+	1.*) in_guest_fed; exit $? ;;
+	*) echo "FAIL: cannot tell the guest's UCX release (ucx_info -v: '$release')"; exit 1 ;;
+	esac
 	run_job "stock UCX (shown, not judged)" -genv UCX_MEM_MMAP_HOOK_MODE bistro \
 		"$job" --changes all || fail=1
 	run_job "libvmtrack-ucx, kmod tracker" "${with[@]}" -genv VMTRACK_TRACKER kmod \
@@ -54,6 +72,21 @@ in_guest() {
 	run_job "libvmtrack-ucx, hooks tracker" "${with[@]}" -genv VMTRACK_TRACKER hooks \
 		-genv UCX_IB_FORK_INIT n "$job" --changes libc --expect-vmtrack --expect-cached || fail=1
 	exit $fail
+}
+
+# UCX 1.14 on: zero-copy forced, registration asserted from UCT's count (the comment on top).
+in_guest_fed() {
+	local with=(-genv LD_PRELOAD "$module" -genv UCX_MEM_MMAP_HOOK_MODE none)
+	local zcopy=(-genv UCX_RNDV_SCHEME get_zcopy)
+	local fail=0
+	run_job "stock UCX, zero-copy forced (shown, not judged)" "${zcopy[@]}" \
+		-genv UCX_MEM_MMAP_HOOK_MODE bistro "$job" --changes all || fail=1
+	run_job "libvmtrack-ucx, kmod tracker, zero-copy forced" "${with[@]}" "${zcopy[@]}" \
+		-genv VMTRACK_TRACKER kmod "$job" --changes all --expect-vmtrack || fail=1
+	run_job "libvmtrack-ucx, hooks tracker, zero-copy forced" "${with[@]}" "${zcopy[@]}" \
+		-genv VMTRACK_TRACKER hooks "$job" --changes libc --expect-vmtrack --expect-cached ||
+		fail=1
+	return $fail
 }
 
 if [ "${1:-}" = --in-guest ]; then

@@ -16,8 +16,11 @@
  * later round would be stale too).
  * Exit 0, without --expect-vmtrack, when the job ran (the bytes are shown, not judged); with
  * it, when every byte was right and vmtrack registered the source of every fresh set of pages;
- * with --expect-cached also, that vmtrack cached it: a hit, and an invalidation for each change
- * (served uncached, nothing could be stale and the check would prove nothing).
+ * with --expect-cached also, that it was cached: on UCX 1.13 a vmtrack hit and an invalidation
+ * for each change, from 1.14 on fewer registrations than rounds (served uncached, nothing could
+ * be stale and the check would prove nothing). "Registered" is vmtrack's count on 1.13, where
+ * vmtrack serves the ib md's cache, and UCT's registrations of the buffer from 1.14 on (the
+ * module counts those covering the range the job names with vmt_ucx_witness).
  * 1 otherwise, 2 on a usage or setup error.
  *
  * Usage (N < 255: a byte names its round mod 256):
@@ -147,6 +150,11 @@ static int run_sender(const struct options *o)
                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED)
         return 2;
+    /* with the module: count UCT's registrations of the buffer (proof of zero-copy) */
+    int (*witness)(const void *, size_t) =
+        (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "vmt_ucx_witness");
+    if (witness)
+        witness(buf, o->len);
     int ret = 0;
     for (int r = 0; r < o->rounds && ret == 0; r++) {
         ret = replace_pages(buf, o->len, change_before(o, r)) ? 2 : 0;
@@ -193,6 +201,11 @@ static int judge_bytes(const struct options *o, const struct tally *t)
     return o->expect_vmtrack && fail;
 }
 
+static int expect_served(const struct options *o, const struct vmt_stats *vs,
+                         unsigned long long changes);
+static int expect_fed(const struct options *o, const struct vmt_ucx_stats *us,
+                      unsigned long long changes);
+
 /* What vmtrack served in rank 0, if libvmtrack-ucx is in the process; -1 when it is not. */
 static int vmtrack_report(const struct options *o)
 {
@@ -221,21 +234,61 @@ static int vmtrack_report(const struct options *o)
            (unsigned long long)us.forwarded_rcaches, (unsigned long long)vs.registrations,
            (unsigned long long)vs.uncached, (unsigned long long)vs.hits,
            (unsigned long long)vs.invalidations);
+    printf("rank 0: UCT registered the source %llu times in %d rounds (%llu registrations in "
+           "all); UCX rcaches refused %llu\n", (unsigned long long)us.witness_registrations,
+           o->rounds, (unsigned long long)us.uct_registrations,
+           (unsigned long long)us.refused_rcaches);
     if (!o->expect_vmtrack)
         return 0;
-    /* every fresh set of pages (the first and each replacement) must have been registered by
-     * vmtrack, or the bytes were not checked through it */
     unsigned long long changes = 0;
     for (int r = 1; r < o->rounds; r++)
         changes += change_before(o, r) != KEEP;
-    int fail = !strcmp(ucx_tracker(), "off") || us.native_rcaches == 0 ||
-               vs.registrations < changes + 1;
+    if (!strcmp(ucx_tracker(), "off")) {
+        printf("rank 0: FAIL: libvmtrack-ucx is off\n");
+        return 1;
+    }
+    const char *(*release)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_release");
+    if (release && !strncmp(release(), "1.13.", 5) && !us.native_rcaches) {
+        printf("rank 0: FAIL: UCX 1.13: expected the ib md's rcache on vmtrack\n");
+        return 1;
+    }
+    return us.native_rcaches ? expect_served(o, &vs, changes) : expect_fed(o, &us, changes);
+}
+
+/* UCX 1.13: the ib md's rcache on vmtrack, which registered every fresh set of pages (the
+ * first and each replacement), or the bytes were not checked through it. */
+static int expect_served(const struct options *o, const struct vmt_stats *vs,
+                         unsigned long long changes)
+{
+    int fail = vs->registrations < changes + 1;
     if (fail)
-        printf("rank 0: FAIL: expected the ib md's rcache on vmtrack and at least %llu "
-               "registrations by it\n", changes + 1);
-    if (o->expect_cached && (vs.hits == 0 || vs.invalidations < changes)) {
+        printf("rank 0: FAIL: expected at least %llu registrations by vmtrack\n", changes + 1);
+    if (o->expect_cached && (vs->hits == 0 || vs->invalidations < changes)) {
         printf("rank 0: FAIL: expected vmtrack to cache the source (hits) and drop it at each "
                "of the %llu changes (invalidations)\n", changes);
+        fail = 1;
+    }
+    return fail;
+}
+
+/* UCX 1.14 on: UCP's own cache, fed by vmtrack (hooks), or none (kmod, uffd). UCT must have
+ * registered the source itself (zero-copy) for every fresh set of pages; without a cache,
+ * every round; with one (--expect-cached), fewer times than there were rounds. */
+static int expect_fed(const struct options *o, const struct vmt_ucx_stats *us,
+                      unsigned long long changes)
+{
+    unsigned long long regs = us->witness_registrations;
+    int fail = regs < changes + 1;
+    if (fail)
+        printf("rank 0: FAIL: expected UCT to register the source at least %llu times "
+               "(zero-copy)\n", changes + 1);
+    if (us->refused_rcaches && regs < (unsigned long long)o->rounds) {
+        printf("rank 0: FAIL: UCX had no cache, yet registered the source in fewer than %d "
+               "rounds\n", o->rounds);
+        fail = 1;
+    }
+    if (o->expect_cached && regs >= (unsigned long long)o->rounds) {
+        printf("rank 0: FAIL: expected UCX's cache to serve the source between changes\n");
         fail = 1;
     }
     return fail;
