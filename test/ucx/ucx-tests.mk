@@ -37,18 +37,23 @@ $(MPICH_STALE): test/ucx/mpich_stale.c include/vmtrack.h ucx-memtype/vmtrack_ucx
 	@$(MKDIR_P) test/ucx
 	$(AM_V_CC)$(MPICC_MPICH) $(WARN_CFLAGS) $(CFLAGS) -I$(top_srcdir)/include \
 		-I$(top_builddir)/include -I$(top_srcdir)/ucx-memtype -o $@ $(srcdir)/test/ucx/mpich_stale.c
-check_SCRIPTS = $(MPICH_STALE)
-CLEANFILES += $(MPICH_STALE)
+MPICH_SEND_COST = test/ucx/mpich_send_cost$(EXEEXT)
+$(MPICH_SEND_COST): test/ucx/mpich_send_cost.c ucx-memtype/vmtrack_ucx.h
+	@$(MKDIR_P) test/ucx
+	$(AM_V_CC)$(MPICC_MPICH) $(WARN_CFLAGS) $(CFLAGS) -I$(top_srcdir)/ucx-memtype \
+		-o $@ $(srcdir)/test/ucx/mpich_send_cost.c
+check_SCRIPTS = $(MPICH_STALE) $(MPICH_SEND_COST)
+CLEANFILES += $(MPICH_STALE) $(MPICH_SEND_COST)
 endif
 endif
-EXTRA_DIST += test/ucx/mpich_rxe.sh test/ucx/mpich_stale.c
+EXTRA_DIST += test/ucx/mpich_rxe.sh test/ucx/mpich_stale.c test/ucx/mpich_send_cost.c
 
 # The tests above in the guest rig (Debian's kernel under qemu with vmtrack.ko, and soft-RoCE
 # for the UCP transfer and the MPICH job): `make check-ucx-vm`.
 if UCX_MODULE
 .PHONY: check-ucx-vm
 check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la \
-		$(MPICH_STALE)
+		$(MPICH_STALE) $(MPICH_SEND_COST)
 	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
 	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
 	VMT_UCX_VM=1 VMT_BUILDDIR=$(abs_top_builddir) $(abs_top_srcdir)/test/ucx/mpich_rxe.sh
