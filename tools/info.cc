@@ -2,9 +2,11 @@
 // --measure, also what the tracker in use costs here (the library itself reports only facts).
 #include "config.h"
 
+#include <dlfcn.h>
 #include <infiniband/verbs.h>
 #include <liburing.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +19,9 @@
 #include "commands.h"
 #include "tracker_bench.h"
 #include "vmtrack.h"
+#ifdef HAVE_UCX
+#include "ucx_release.h"
+#endif
 
 namespace {
 
@@ -83,6 +88,57 @@ std::string probe_verbs()
         return "no RDMA device on this machine";
     return "usable: " + names;
 }
+
+#ifdef HAVE_UCX
+// libucp's version, asked in a child process: loading UCX runs libucs's constructor, which
+// would patch libc here (the child tells it not to) and must not meet this process's tracker.
+bool ucx_version(unsigned v[3])
+{
+    int fd[2];
+    if (pipe(fd) < 0)
+        return false;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        setenv("UCX_VFS_ENABLE", "n", 1);
+        void *ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+        auto fn = ucp ? (void (*)(unsigned *, unsigned *, unsigned *))dlsym(ucp, "ucp_get_version")
+                      : nullptr;
+        unsigned got[3] = {0, 0, 0};
+        if (fn)
+            fn(&got[0], &got[1], &got[2]);
+        ssize_t n = write(fd[1], got, sizeof got);
+        _exit(n == (ssize_t)sizeof got && fn ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t n = pid > 0 ? read(fd[0], v, 3 * sizeof(unsigned)) : -1;
+    close(fd[0]);
+    int st = 0;
+    if (pid > 0)
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+    return pid > 0 && n == (ssize_t)(3 * sizeof(unsigned)) && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
+
+std::string probe_ucx()
+{
+    unsigned v[3];
+    if (!ucx_version(v))
+        return "no libucp.so.0 found (UCX not installed)";
+    struct ucx_release r;
+    char line[512];
+    ucx_release_classify(v[0], v[1], v[2], &r);
+    ucx_release_describe(&r, line, sizeof line);
+    return line;
+}
+#else
+std::string probe_ucx()
+{
+    return "vmtrack was built without UCX";
+}
+#endif
 
 std::string probe_kmod()
 {
@@ -182,6 +238,7 @@ extern "C" int vmtrack_cmd_info(int argc, char **argv)
     lines.push_back({"device io_uring", probe_iouring()});
     lines.push_back({"device verbs", probe_verbs()});
     lines.push_back({"kernel module", probe_kmod()});
+    lines.push_back({"UCX", probe_ucx()});
     std::string env;
     for (const char *name : {"VMTRACK_TRACKER", "VMTRACK_MAX_ENTRIES", "VMTRACK_MAX_BYTES",
                              "VMTRACK_MERGE", "VMTRACK_LANES", "VMTRACK_STATS", "VMTRACK_LOG"}) {

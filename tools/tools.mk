@@ -16,4 +16,10 @@ vmtrack_SOURCES = tools/vmtrack.cc tools/commands.h tools/info.cc tools/check.c 
 	bench/miss_workloads.h bench/bench_module.cc bench/bench_module.h
 vmtrack_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools -I$(top_srcdir)/bench $(URING_CFLAGS) $(IBVERBS_CFLAGS) \
 	-DVMT_PKGLIBEXECDIR='"$(pkglibexecdir)"' -DVMT_LIBDIR='"$(libdir)"'
-vmtrack_LDADD = libscenarios.la libvmtrack.la $(URING_LIBS) $(IBVERBS_LIBS) -lpthread
+vmtrack_LDADD = libscenarios.la libvmtrack.la $(URING_LIBS) $(IBVERBS_LIBS) -lpthread -ldl
+# `vmtrack info` says what the UCX module does with the installed UCX: the module's own table
+# of releases (ucx-memtype/ucx_release.c, without the part that loads UCX).
+if HAVE_UCX
+vmtrack_SOURCES += ucx-memtype/ucx_release.c ucx-memtype/ucx_release.h
+vmtrack_CPPFLAGS += -I$(top_srcdir)/ucx-memtype $(UCX_CFLAGS) -DUCX_RELEASE_TABLE_ONLY
+endif

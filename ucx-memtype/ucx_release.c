@@ -32,6 +32,45 @@ static const struct known_minor known[] = {
     {23, UCX_RCACHE_API_118, UCX_FEED},
 };
 
+void ucx_release_classify(unsigned major, unsigned minor, unsigned patch, struct ucx_release *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->major = major;
+    r->minor = minor;
+    r->patch = patch;
+    snprintf(r->name, sizeof(r->name), "%u.%u.%u", major, minor, patch);
+    if (major == 1)
+        for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+            if (known[i].minor == minor) {
+                r->api = known[i].api;
+                r->support = known[i].support;
+                return;
+            }
+    snprintf(r->why, sizeof(r->why), "UCX %s is not one of the releases this module knows "
+             "(1.13 to 1.23)", r->name);
+}
+
+void ucx_release_describe(const struct ucx_release *r, char *buf, size_t len)
+{
+    switch (r->support) {
+    case UCX_SERVE:
+        snprintf(buf, len, "UCX %s: libvmtrack-ucx serves UCX's host-memory caches from "
+                 "vmtrack's shared cache (its budget, vmt_stats) and feeds or watches the "
+                 "others, with every tracker", r->name);
+        break;
+    case UCX_FEED:
+        snprintf(buf, len, "UCX %s: libvmtrack-ucx feeds UCP's own cache with the hooks "
+                 "tracker (UCX's registrations stay outside vmtrack's budget); with kmod or "
+                 "uffd UCX gets no cache and registers per operation", r->name);
+        break;
+    default:
+        snprintf(buf, len, "%s: libvmtrack-ucx stays out of UCX's way",
+                 r->why[0] ? r->why : "UCX unknown");
+    }
+}
+
+/* The rest finds the running UCX; the vmtrack command uses the table above only. */
+#ifndef UCX_RELEASE_TABLE_ONLY
 typedef void (*ucp_version_fn)(unsigned *, unsigned *, unsigned *);
 
 /* libucp's version call: the loaded libucp's, else that of the libucp.so.0 beside libucs
@@ -68,24 +107,6 @@ static ucp_version_fn find_version_call(char *why, size_t len)
 
 static struct ucx_release rel;
 static pthread_once_t rel_once = PTHREAD_ONCE_INIT;
-
-void ucx_release_classify(unsigned major, unsigned minor, unsigned patch, struct ucx_release *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->major = major;
-    r->minor = minor;
-    r->patch = patch;
-    snprintf(r->name, sizeof(r->name), "%u.%u.%u", major, minor, patch);
-    if (major == 1)
-        for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-            if (known[i].minor == minor) {
-                r->api = known[i].api;
-                r->support = known[i].support;
-                return;
-            }
-    snprintf(r->why, sizeof(r->why), "UCX %s is not one of the releases this module knows "
-             "(1.13 to 1.23)", r->name);
-}
 
 static void detect(void)
 {
@@ -142,6 +163,8 @@ void ucx_real_resolve(void)
     __atomic_store_n(&r->put, (__typeof__(r->put))dlsym(RTLD_NEXT, "ucs_rcache_region_put"),
                      __ATOMIC_RELEASE);
 }
+
+#endif /* UCX_RELEASE_TABLE_ONLY */
 
 /* Built against 1.13-1.16's headers, the copies are checked against UCX's own. */
 #include <ucp/api/ucp_version.h>

@@ -13,6 +13,10 @@
 #include <stdint.h>
 #include <ucs/type/status.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VMT_UCX_EXPORT __attribute__((visibility("default")))
 
 /* What the module does under a release (doc/ucx.md, "Which UCX"). */
@@ -46,6 +50,9 @@ const struct ucx_release *ucx_release(void);
 
 /* What the module makes of UCX major.minor.patch (detect's table; tests call it too). */
 void ucx_release_classify(unsigned major, unsigned minor, unsigned patch, struct ucx_release *r);
+
+/* One line for a human: what the module does under release r, per tracker. */
+void ucx_release_describe(const struct ucx_release *r, char *buf, size_t len);
 
 /* ucm_events of a ucs_rcache_params_t of the running release; -1 when the release is unknown. */
 int ucx_release_params_events(const void *params);
@@ -113,4 +120,7 @@ struct ucx_real {
 extern struct ucx_real ucx_real;
 void ucx_real_resolve(void);            /* idempotent */
 
+#ifdef __cplusplus
+}
+#endif
 #endif
