@@ -473,16 +473,15 @@ struct get_call {
 };
 
 /* ucs_rcache_get of an rcache the module does not serve: 1.13's are watched
- * (rcache_watch.c), those of 1.14-1.16 are libucs's with the same arguments, and from 1.17 on
- * libucs's get takes an alignment after the length. */
+ * (rcache_watch.c); under any other release libucs's get gets the caller's arguments as they
+ * came, whichever of the two lists its release passes. */
 static ucs_status_t get_forward(const struct get_call *c)
 {
-    if (ucx_release()->api == UCX_RCACHE_API_113)
+    if (ucx_release()->support == UCX_SERVE)
         return ucx_watch_get(c->rcache, c->address, c->length, (int)c->a3, (void *)c->a4,
                              (struct ucx_g1_region **)c->a5);
     ucx_real_resolve();
-    return ucx_real.get_g2(c->rcache, c->address, c->length, (size_t)c->a3, (int)c->a4,
-                           (void *)c->a5, (void **)c->a6);
+    return ucx_real.get_raw(c->rcache, c->address, c->length, c->a3, c->a4, c->a5, c->a6);
 }
 
 /* Everything but a memo hit: the request in t_req for dev_reg, then the index and a

@@ -155,7 +155,7 @@ void ucx_real_resolve(void)
         return;
     get = dlsym(RTLD_NEXT, "ucs_rcache_get");
     r->get_g1 = (__typeof__(r->get_g1))get;
-    r->get_g2 = (__typeof__(r->get_g2))get;
+    r->get_raw = (__typeof__(r->get_raw))get;
     r->create = (__typeof__(r->create))dlsym(RTLD_NEXT, "ucs_rcache_create");
     r->destroy = (__typeof__(r->destroy))dlsym(RTLD_NEXT, "ucs_rcache_destroy");
     r->hold = (__typeof__(r->hold))dlsym(RTLD_NEXT, "ucs_rcache_region_hold");

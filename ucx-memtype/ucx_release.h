@@ -104,14 +104,17 @@ struct ucx_g1_params {
 #define UCX_G1_MEM_REG_HIDE_ERRORS 1u       /* UCS_RCACHE_MEM_REG_HIDE_ERRORS */
 #define UCX_G1_FLAG_PURGE_ON_FORK 2         /* UCS_RCACHE_FLAG_PURGE_ON_FORK */
 
-/* libucs's rcache functions (dlsym RTLD_NEXT), for what the module forwards. The get of
- * 1.17 on takes seven arguments: it is only ever reached through ucx_forward_get. */
+/* libucs's rcache functions (dlsym RTLD_NEXT), for what the module forwards. get_raw is
+ * libucs's ucs_rcache_get called with the integer registers and stack slot the module's own
+ * export received, untouched: right for the six arguments of 1.13-1.16 and the seven of 1.17
+ * on alike (a six-argument callee never reads the seventh). */
 struct ucx_real {
     ucs_status_t (*create)(const void *params, const char *name, void *stats_parent,
                            ucx_rcache_t **rcache_p);
     ucs_status_t (*get_g1)(ucx_rcache_t *, void *, size_t, int, void *,
                            struct ucx_g1_region **);
-    ucs_status_t (*get_g2)(ucx_rcache_t *, void *, size_t, size_t, int, void *, void **);
+    ucs_status_t (*get_raw)(ucx_rcache_t *, void *, size_t, uintptr_t, uintptr_t, uintptr_t,
+                            uintptr_t);
     void (*destroy)(ucx_rcache_t *);
     void (*hold)(ucx_rcache_t *, void *region);
     void (*put)(ucx_rcache_t *, void *region);
