@@ -39,7 +39,7 @@ endif
 EXTRA_DIST += doc/bench.md
 # UCX's rcache API, stock against served by vmtrack (libvmtrack-ucx), 1 and 2 threads:
 # ./bench/ucx_rcache_bench [ROUNDS [HITS]] (doc/ucx.md, "Numbers")
-if UCX_MODULE
+if UCX_MODULE_SERVES
 check_PROGRAMS += bench/ucx_rcache_bench
 bench_ucx_rcache_bench_SOURCES = bench/ucx_rcache_bench.c bench/miss_workloads.c \
 	bench/miss_workloads.h

@@ -1,6 +1,6 @@
 # test/ucx/: UCX's own ucs_rcache (io_uring fixed buffers) against the scenario suite, without
 # libvmtrack-ucx and with it for every tracker available (included from ucx-memtype/ucx.mk).
-if UCX_MODULE
+if UCX_MODULE_SERVES
 check_PROGRAMS += test/ucx/test_ucx_rcache
 TESTS += test/ucx/test_ucx_rcache
 test_ucx_test_ucx_rcache_SOURCES = test/ucx/test_ucx_rcache.c test/ucx/provider_ucx.c \
@@ -50,18 +50,23 @@ EXTRA_DIST += test/ucx/mpich_rxe.sh test/ucx/mpich_stale.c test/ucx/mpich_send_c
 
 # The tests above in the guest rig (Debian's kernel under qemu with vmtrack.ko, and soft-RoCE
 # for the UCP transfer and the MPICH job): `make check-ucx-vm`.
+# test_ucx_rcache (the scenario suite with kmod) only where the module serves UCX's rcaches.
 if UCX_MODULE
+if UCX_MODULE_SERVES
+UCX_VM_SCENARIOS = test/ucx/test_ucx_rcache$(EXEEXT)
+endif
 .PHONY: check-ucx-vm
-check-ucx-vm: test/ucx/test_ucx_rcache$(EXEEXT) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la \
+check-ucx-vm: $(UCX_VM_SCENARIOS) test/ucx/test_ucp_rxe$(EXEEXT) libvmtrack-ucx.la \
 		$(MPICH_STALE) $(MPICH_SEND_COST)
-	$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache
+	if test -n "$(UCX_VM_SCENARIOS)"; then \
+		$(abs_top_srcdir)/test/vm/run --timeout 1500 -- ./test/ucx/test_ucx_rcache; fi
 	VMTRACK_TRACKER=kmod $(abs_top_srcdir)/test/vm/run --rxe --timeout 900 -- ./test/ucx/test_ucp_rxe
 	VMT_UCX_VM=1 VMT_BUILDDIR=$(abs_top_builddir) $(abs_top_srcdir)/test/ucx/mpich_rxe.sh
 endif
 
 # What a caller of UCX's public ucs_rcache_* API may rely on, against stock UCX and with the
 # module (deliberate differences: the table in doc/ucx.md).
-if UCX_MODULE
+if UCX_MODULE_SERVES
 check_PROGRAMS += test/ucx/test_ucs_rcache_semantics
 TESTS += test/ucx/test_ucs_rcache_semantics
 test_ucx_test_ucs_rcache_semantics_SOURCES = test/ucx/test_ucs_rcache_semantics.c \
@@ -75,7 +80,7 @@ endif
 
 # One cache for both stacks: Open MPI's component, a UCX rcache (libvmtrack-ucx linked before
 # libucs, not preloaded) and an io_uring user on one buffer and one budget.
-if UCX_MODULE
+if UCX_MODULE_SERVES
 if OMPI_COMPONENT
 check_PROGRAMS += test/ucx/test_one_cache
 TESTS += test/ucx/test_one_cache
@@ -91,7 +96,7 @@ endif
 
 # The module under the UCX it was built with, any release from 1.13 to 1.23: the release
 # table, the mode per tracker, UCP and UCX's rcache API through the interposers.
-if HAVE_UCX
+if UCX_MODULE
 check_PROGRAMS += test/ucx/test_ucx_release
 TESTS += test/ucx/test_ucx_release
 test_ucx_test_ucx_release_SOURCES = test/ucx/test_ucx_release.c ucx-memtype/ucx_release.c \
