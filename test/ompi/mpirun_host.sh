@@ -51,4 +51,16 @@ if [ -f "$sysdir/mca_pml_ucx.so" ] || ompi_info 2>/dev/null | grep -q 'MCA pml: 
 else
 	echo "note: no pml ucx in this Open MPI: not checked"
 fi
+# MPI Sessions: three init/finalize cycles in each rank (the component loaded, taking over and
+# unloaded each time); the program says SKIP where MPI has no Sessions (4.1).
+sess="$builddir/test/ompi/mpi_sessions_check"
+out=$(timeout 180 mpirun -np 2 --oversubscribe --tune "$tune" "$sess" 2>&1); rc=$?
+printf '%s\n' "$out" | grep -v 'bad prefix\|pmix_mca_\|^ *or$' | sed "s/^/  [sessions] /"
+if printf '%s\n' "$out" | grep -q '^SKIP'; then
+	echo "note: sessions: not checked (no MPI Sessions in this Open MPI)"
+elif [ "$rc" -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -c 'session cycles, all right')" -ne 2 ]; then
+	echo "FAIL: sessions: mpirun status $rc"; fail=1
+else
+	echo "ok: sessions"
+fi
 exit $fail

@@ -66,6 +66,13 @@ test_ompi_mpi_hooks_check_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_mpi_hooks_check_LDADD = $(OMPI_LIBS) $(OMPI_PAL_LIBS) -ldl
 test_ompi_mpi_hooks_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_mpi_hooks_check_DEPENDENCIES = $(OMPI_TEST_DEPS)
+# ... and three MPI Sessions cycles in one process (Open MPI 5), also run by mpirun_host.sh.
+check_PROGRAMS += test/ompi/mpi_sessions_check
+test_ompi_mpi_sessions_check_SOURCES = test/ompi/mpi_sessions_check.c \
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
+test_ompi_mpi_sessions_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -isystem $(OMPI_PREFIX_INC)
+test_ompi_mpi_sessions_check_LDADD = $(OMPI_LIBS)
+test_ompi_mpi_sessions_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
 TESTS += test/ompi/mpirun_host.sh
 # ... and each condition of the takeover made false: skipped, saying why.
 TESTS += test/ompi/takeover_gates.sh
