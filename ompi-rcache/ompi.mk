@@ -37,7 +37,9 @@ ompitunedir = $(datadir)/vmtrack
 ompitune_DATA = openmpi-vmtrack.tune
 CLEANFILES += openmpi-vmtrack.tune
 openmpi-vmtrack.tune: $(srcdir)/ompi-rcache/openmpi-vmtrack.tune.in Makefile
-	$(AM_V_GEN)sed -e 's|@COMPONENT_PATH@|$(OMPI_SYSTEM_COMPONENTDIR):$(OMPI_COMPONENTDIR)|' \
+	$(AM_V_GEN)path='$(OMPI_SYSTEM_COMPONENTDIR)'; dir='$(OMPI_COMPONENTDIR)'; \
+	[ "$$dir" = "$$path" ] || path="$$path:$$dir"; \
+	sed -e "s|@COMPONENT_PATH@|$$path|" \
 		-e 's|@TUNE_FILE@|$(ompitunedir)/openmpi-vmtrack.tune|' $< > $@
 
 include test/ompi/ompi_tests.mk
