@@ -609,8 +609,9 @@ END_TEST
 
 /* What asks for "grdma" by name (btl ofi, btl uct, smsc knem) gets: grdma where the rcache
  * selection keeps it; where it leaves it out (--mca rcache vmtrack), on Open MPI 5.0 and later
- * a vmtrack module on the one cache, on 4.1 nothing (the component warns instead).
- * test/ompi/grdma_served.sh runs this case with OMPI_MCA_rcache=vmtrack. */
+ * a vmtrack module on the one cache, on 4.1 (or with rcache_vmtrack_serve_grdma false) nothing
+ * (the component warns instead). test/ompi/grdma_served.sh runs this case with
+ * OMPI_MCA_rcache=vmtrack, with and without serve_grdma false. */
 START_TEST(t_grdma_served)
 {
     const char *sel = getenv("OMPI_MCA_rcache");
@@ -625,7 +626,9 @@ START_TEST(t_grdma_served)
         mca_rcache_base_module_destroy(g);
         return;
     }
-    if (!VMT_OMPI_SERVES_GRDMA) {
+    const char *serve = getenv("OMPI_MCA_rcache_vmtrack_serve_grdma");
+    if (!VMT_OMPI_SERVES_GRDMA || (serve && (0 == strcmp(serve, "0") ||
+                                             0 == strcmp(serve, "false")))) {
         ck_assert_ptr_null(g);
         return;
     }
