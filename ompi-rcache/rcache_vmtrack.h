@@ -1,5 +1,6 @@
-/* Open MPI 4.1 rcache component "vmtrack": the rcache framework's register/deregister calls
- * served by libvmtrack's process-wide cache (vmt_shared()).
+/* Open MPI rcache component "vmtrack" (4.1, 5.0, 6.0; what differs: ompi_compat.h): the
+ * rcache framework's register/deregister calls served by libvmtrack's process-wide cache
+ * (vmt_shared()).
  *
  * How the two layers fit:
  *  - A BTL's resources (register_mem/deregister_mem, reg_data, sizeof_reg) become a vmtrack
@@ -76,7 +77,7 @@ typedef struct mca_rcache_vmtrack_component_t {
     /* vmtrack's hooks are the process's one patcher (rcache_vmtrack_takeover.c): C.cache is
      * the hooks cache, and a forwarder feeds Open MPI's memory hooks from it. */
     bool took_over;
-    char takeover_note[256];       /* why it was done or not (also at verbose 10) */
+    char takeover_note[640];       /* why it was done or not (also at verbose 10) */
 } mca_rcache_vmtrack_component_t;
 
 OPAL_DECLSPEC extern mca_rcache_vmtrack_component_t mca_rcache_vmtrack_component;
@@ -112,6 +113,10 @@ int vmt_ompi_shared_cache(enum vmt_ompi_mode *mode, char *why, size_t whylen);
  * NULL for the default. */
 const char *vmt_ompi_framework_selection(const char *name, char *buf, size_t len,
                                          const char **source_out);
+
+/* Open MPI 5.0+ (rcache_vmtrack_grdma.c): add a "grdma" entry served by vmtrack to the rcache
+ * framework's component list, unless grdma itself is there. true when added. */
+bool vmt_ompi_serve_grdma(void);
 
 /* Takeover (rcache_vmtrack_takeover.c): at the component's open, make vmtrack's hooks the only
  * patcher when nothing else can have patched yet; at close, stop forwarding. The guard warns

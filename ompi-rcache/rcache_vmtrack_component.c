@@ -1,7 +1,9 @@
-/* Open MPI 4.1 rcache component "vmtrack": component structure, MCA parameters, selection
- * checks, and the choice of the process-wide cache's tracker. See rcache_vmtrack.h and
- * doc/openmpi.md. */
+/* Open MPI rcache component "vmtrack": component structure, MCA parameters, the release
+ * check, selection checks, and the choice of the process-wide cache's tracker. See
+ * rcache_vmtrack.h and doc/openmpi.md. */
 #include "rcache_vmtrack.h"
+#include "ompi_compat.h"
+#include "ompi_release.h"
 #include "takeover_gate.h"
 
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include "opal/mca/base/base.h"
 #include "opal/mca/base/mca_base_var.h"
 #include "opal/memoryhooks/memory.h"
+#include "opal/runtime/opal.h"
 #include "opal/runtime/opal_params.h"
 #include "opal/util/output.h"
 
@@ -49,11 +52,28 @@ static const mca_base_var_enum_value_t tracker_values[] = {
     {0, "auto"}, {1, "kmod"}, {2, "none"}, {3, "pass"}, {4, "uffd"}, {5, "hooks"}, {0, NULL},
 };
 static int tracker_index;
+static bool serve_grdma;
+
+/* First thing after the component is loaded: a build for another release fills structures
+ * of another layout, so it refuses to load (Open MPI then leaves the component out). */
+static bool release_matches(void)
+{
+    char why[256];
+    const char *no = vmt_ompi_release_refusal(VMT_OMPI_BUILT_RELEASE, opal_version_string, why,
+                                              sizeof(why));
+    if (NULL == no)
+        return true;
+    opal_output(0, "rcache vmtrack: refusing to load: %s", no);
+    return false;
+}
 
 static int vmt_ompi_register(void)
 {
     mca_base_component_t *v = &C.super.rcache_version;
     mca_base_var_enum_t *trackers = NULL;
+
+    if (!release_matches())
+        return OPAL_ERR_NOT_SUPPORTED;
 
     /* An enumeration: ompi_info lists the values and Open MPI refuses others. */
     tracker_index = 0;
@@ -98,6 +118,17 @@ static int vmt_ompi_register(void)
         "Verbosity of the vmtrack rcache component (0: errors only, 10: decisions, 100: every call)",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9,
         MCA_BASE_VAR_SCOPE_LOCAL, &C.verbose);
+
+    serve_grdma = true;
+#if VMT_OMPI_SERVES_GRDMA
+    (void) mca_base_component_var_register(v, "serve_grdma",
+        "When the rcache selection names vmtrack and leaves grdma out (--mca rcache vmtrack), "
+        "serve what btl ofi, btl uct and smsc knem ask of \"grdma\" (by name) with vmtrack, "
+        "so that their registrations share vmtrack's one cache; false: they find no grdma "
+        "(btl ofi aborts, the others are not used)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_READONLY, &serve_grdma);
+#endif
     return OPAL_SUCCESS;
 }
 
@@ -160,22 +191,22 @@ static const char *mca_string(const char *full_name, const char *project, const 
     return getenv(env);
 }
 
-/* Is mca_<type>_<name>.so in one of the directories Open MPI loads components from? */
-static bool component_installed(const char *type, const char *name)
+/* Is `file` in one of the directories Open MPI loads components from? */
+static bool component_installed(const char *file)
 {
     const char *path = mca_string("mca_base_component_path", "opal", "mca", "base",
                                   "component_path");
     if (NULL == path)
         return true;   /* cannot tell: assume it is there */
-    char file[PATH_MAX];
+    char full[PATH_MAX];
     const char *p = path;
     while (*p) {
         const char *colon = strchr(p, ':');
         size_t len = colon ? (size_t)(colon - p) : strlen(p);
         struct stat st;
-        if (len && len < sizeof(file) - 64) {
-            snprintf(file, sizeof(file), "%.*s/mca_%s_%s.so", (int) len, p, type, name);
-            if (0 == stat(file, &st))
+        if (len && len < sizeof(full) - 64) {
+            snprintf(full, sizeof(full), "%.*s/%s", (int) len, p, file);
+            if (0 == stat(full, &st))
                 return true;
         }
         if (!colon)
@@ -185,50 +216,70 @@ static bool component_installed(const char *type, const char *name)
     return false;
 }
 
-/* `--mca rcache vmtrack` (a selection that leaves grdma out) breaks the BTLs that ask for
- * grdma by name. openib asks for btl_openib_rcache: if the user left that unset we point it
- * at vmtrack (its variable is registered after this framework opens, from the environment),
- * so openib uses vmtrack. ofi (and uct, and vader with knem) hard-code "grdma" in 4.1: say
- * so, with the fix, before they fail. */
+#if VMT_OMPI_HAS_OPENIB
+/* openib asks for btl_openib_rcache: if the user left that unset we point it at vmtrack (its
+ * variable is registered after this framework opens, from the environment). */
+static void point_openib_at_vmtrack(const char *rsel, const char *bsel)
+{
+    const char *openib_rcache = mca_string("btl_openib_rcache", "opal", "btl", "openib", "rcache");
+    if (!vmt_ompi_selection_allows(bsel, "openib"))
+        return;
+    if (NULL == openib_rcache) {
+        setenv("OMPI_MCA_btl_openib_rcache", "vmtrack", 0);
+        opal_output_verbose(10, C.output, "rcache vmtrack: rcache selection \"%s\" leaves out "
+                            "grdma; btl_openib_rcache set to vmtrack", rsel);
+    } else if (!vmt_ompi_selection_allows(rsel, openib_rcache)) {
+        opal_output(0, "rcache vmtrack: btl openib asks for rcache \"%s\" "
+                    "(btl_openib_rcache), which \"--mca rcache %s\" leaves out, so openib "
+                    "cannot register memory. Fix: --mca btl_openib_rcache vmtrack",
+                    openib_rcache, rsel);
+    }
+}
+#endif
+
+/* `--mca rcache vmtrack` (a selection that leaves grdma out) breaks the components that ask
+ * for grdma by name (ompi_compat.h). On 5.0 and later vmtrack serves them (unless
+ * rcache_vmtrack_serve_grdma is false); otherwise say so, with the fix, before they fail. */
 static void check_selection(void)
 {
-    static bool done;   /* the framework may be opened more than once per process */
-    if (done)
-        return;
-    done = true;
     char rbuf[128], bbuf[128];
     const char *rsel = vmt_ompi_framework_selection("rcache", rbuf, sizeof(rbuf), NULL);
     if (vmt_ompi_selection_allows(rsel, "grdma"))
         return;   /* grdma stays available for whoever asks for it */
-
-    /* what the btl framework will use: also Debian's parameter file (btl = ^uct,openib,ofi) */
-    const char *bsel = vmt_ompi_framework_selection("btl", bbuf, sizeof(bbuf), NULL);
-    const char *openib_rcache = mca_string("btl_openib_rcache", "opal", "btl", "openib", "rcache");
-    if (vmt_ompi_selection_allows(bsel, "openib")) {
-        if (NULL == openib_rcache) {
-            setenv("OMPI_MCA_btl_openib_rcache", "vmtrack", 0);
-            opal_output_verbose(10, C.output, "rcache vmtrack: rcache selection \"%s\" leaves out "
-                                "grdma; btl_openib_rcache set to vmtrack", rsel);
-        } else if (!vmt_ompi_selection_allows(rsel, openib_rcache)) {
-            opal_output(0, "rcache vmtrack: btl openib asks for rcache \"%s\" "
-                        "(btl_openib_rcache), which \"--mca rcache %s\" leaves out, so openib "
-                        "cannot register memory. Fix: --mca btl_openib_rcache vmtrack",
-                        openib_rcache, rsel);
-        }
+    if (VMT_OMPI_SERVES_GRDMA && serve_grdma && vmt_ompi_selection_names(rsel, "vmtrack") &&
+        vmt_ompi_serve_grdma()) {
+        opal_output_verbose(10, C.output, "rcache vmtrack: rcache selection \"%s\" leaves out "
+                            "grdma: vmtrack serves what asks for \"grdma\" (btl ofi, btl uct, "
+                            "smsc knem)", rsel);
+        return;
     }
-    struct stat st;
-    bool knem = (0 == stat("/dev/knem", &st));
-    const char *hard[] = {"ofi", "uct", knem ? "vader" : NULL};
-    for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++) {
-        if (NULL == hard[i] || !vmt_ompi_selection_allows(bsel, hard[i]) ||
-            !component_installed("btl", hard[i]))
+    static bool warned;   /* the framework may be opened more than once per process */
+    if (warned)
+        return;
+    warned = true;
+    /* what each framework will use: also Debian's parameter file (btl = ^uct,openib,ofi) */
+    const char *bsel = vmt_ompi_framework_selection("btl", bbuf, sizeof(bbuf), NULL);
+#if VMT_OMPI_HAS_OPENIB
+    point_openib_at_vmtrack(rsel, bsel);
+#endif
+    for (size_t i = 0; i < sizeof(vmt_ompi_grdma_users) / sizeof(vmt_ompi_grdma_users[0]); i++) {
+        const struct vmt_ompi_grdma_user *u = &vmt_ompi_grdma_users[i];
+        char sbuf[128];
+        const char *sel = 0 == strcmp(u->framework, "btl")
+                              ? bsel : vmt_ompi_framework_selection(u->framework, sbuf,
+                                                                   sizeof(sbuf), NULL);
+        struct stat st;
+        if (!vmt_ompi_selection_allows(sel, u->name) || (u->device && 0 != stat(u->device, &st)) ||
+            (u->dso && !component_installed(u->dso)))
             continue;
-        opal_output(0, "rcache vmtrack: \"--mca rcache %s\" leaves out grdma, but btl %s of "
-                    "Open MPI 4.1 asks for grdma by name and fails without it%s. Fix: keep "
-                    "grdma for it with \"--mca rcache vmtrack,grdma --mca btl_openib_rcache "
-                    "vmtrack\", or exclude it with \"--mca btl ^%s\"", rsel, hard[i],
-                    0 == strcmp(hard[i], "ofi") ? " (it aborts: \"cannot create rcache\")" : "",
-                    hard[i]);
+        opal_output(0, "rcache vmtrack: \"--mca rcache %s\" leaves out grdma, but %s %s of "
+                    "Open MPI %d.%d asks for grdma by name and fails without it%s. Fix: keep "
+                    "grdma for it with \"--mca rcache vmtrack,grdma%s\", or exclude it with "
+                    "\"--mca %s ^%s\"", rsel, u->framework, u->name, OPAL_MAJOR_VERSION,
+                    OPAL_MINOR_VERSION,
+                    0 == strcmp(u->name, "ofi") ? " (it aborts: \"cannot create rcache\")" : "",
+                    VMT_OMPI_HAS_OPENIB ? " --mca btl_openib_rcache vmtrack" : "",
+                    u->framework, u->name);
     }
 }
 

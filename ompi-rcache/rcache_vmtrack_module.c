@@ -1,6 +1,7 @@
-/* Open MPI 4.1 rcache component "vmtrack": the module (register, deregister, find,
+/* Open MPI rcache component "vmtrack": the module (register, deregister, find,
  * invalidate_range, evict, finalize) on libvmtrack's shared cache. See rcache_vmtrack.h. */
 #include "rcache_vmtrack.h"
+#include "ompi_compat.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -410,6 +411,7 @@ static void vmt_ompi_finalize(mca_rcache_base_module_t *rcache)
     if (m->dev)
         vmt_device_detach(m->dev);
     gc_drain(m);
+    vmt_ompi_module_base_fini(&m->super);
     free(m->res.cache_name);
     free(m);
 }
@@ -427,6 +429,7 @@ mca_rcache_base_module_t *vmt_ompi_module_create(mca_rcache_base_resources_t *re
     mca_rcache_vmtrack_module_t *m = calloc(1, sizeof(*m));
     if (NULL == m)
         return NULL;
+    vmt_ompi_module_base_init(&m->super);
     m->res = *res;
     m->res.cache_name = strdup(res->cache_name ? res->cache_name : "vmtrack");
     m->super.rcache_component = &C.super;
@@ -456,6 +459,7 @@ mca_rcache_base_module_t *vmt_ompi_module_create(mca_rcache_base_resources_t *re
     if (0 != rc) {
         opal_output(0, "rcache vmtrack: cannot create a module for \"%s\": %s",
                     m->res.cache_name, why);
+        vmt_ompi_module_base_fini(&m->super);
         free(m->res.cache_name);
         free(m);
         return NULL;

@@ -14,8 +14,11 @@
  *      framework registers (that is when it finds its components), so the patcher is never
  *      loaded into the framework and never patches;
  *   4. declares free+munmap support, as the patcher would;
- *   5. sets UCX_MEM_MMAP_HOOK_MODE=reloc if unset, so that UCX (loaded later, at pml open) does
- *      not write over libc's entries and takes Open MPI's events instead.
+ *   5. sets UCX_MEM_MMAP_HOOK_MODE=reloc if unset, so that a UCX loaded later (Open MPI 4.1's
+ *      pml ucx) does not write over libc's entries and takes Open MPI's events instead. Open
+ *      MPI 5 links UCX into libopen-pal: it is loaded, and patches unless told not to, before
+ *      main; the mode must then come with the job's environment (vmtrack's modulefile and
+ *      Open MPI settings file) or ucx.conf, and the gate reads the mode UCX acts on.
  * Any condition not met, or any step failing before the hooks are in: today's behaviour, and
  * the reason at --mca rcache_vmtrack_verbose 10. --mca memory patcher is the way out. */
 #include "rcache_vmtrack.h"
@@ -35,6 +38,14 @@
 #include "opal/mca/memory/base/base.h"
 #include "opal/memoryhooks/memory.h"
 #include "opal/util/output.h"
+
+/* UCX's public configuration structure, to read the mode of a UCX already loaded. */
+#if defined(__has_include)
+#if __has_include(<ucm/api/ucm.h>)
+#include <ucm/api/ucm.h>
+#define VMT_OMPI_HAVE_UCM_H 1
+#endif
+#endif
 
 #define C mca_rcache_vmtrack_component
 
@@ -104,6 +115,31 @@ static const char *loaded_ucx_library(void)
         }
     }
     return NULL;
+}
+
+/* UCX's mmap hook mode as it will act on it. A loaded UCX (Open MPI 5 links it into
+ * libopen-pal, so it is loaded at exec) read its configuration, the environment and ucx.conf,
+ * when libucs initialised: its ucm_global_opts hold the mode. A UCX loaded later reads
+ * UCX_MEM_MMAP_HOOK_MODE first, and the takeover sets it. NULL: unset (UCX's default). */
+static const char *ucx_hook_mode(void)
+{
+#ifdef VMT_OMPI_HAVE_UCM_H
+    void *ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_NOLOAD);
+    void *ucm = ucs ? dlopen("libucm.so.0", RTLD_NOW | RTLD_NOLOAD) : NULL;
+    const ucm_global_config_t *opts = ucm ? dlsym(ucm, "ucm_global_opts") : NULL;
+    int mode = opts ? (int) opts->mmap_hook_mode : -1;
+    if (ucm)
+        dlclose(ucm);
+    if (ucs)
+        dlclose(ucs);
+    switch (mode) {
+    case UCM_MMAP_HOOK_NONE: return "none";
+    case UCM_MMAP_HOOK_RELOC: return "reloc";
+    case UCM_MMAP_HOOK_BISTRO: return "bistro";
+    default: break;   /* not loaded, or a mode this build does not know: the environment */
+    }
+#endif
+    return getenv("UCX_MEM_MMAP_HOOK_MODE");
 }
 
 /* An entry of libc that jumps somewhere else than libc or vmtrack's hooks, as
@@ -212,7 +248,7 @@ static void gather_facts(struct vmt_ompi_takeover_facts *f, char *rsel, char *ms
     f->tracker_param = vmt_ompi_tracker_param();
     f->tracker_env = getenv("VMTRACK_TRACKER");
     f->ucx_loaded = loaded_ucx_library();
-    f->ucx_hook_mode = getenv("UCX_MEM_MMAP_HOOK_MODE");
+    f->ucx_hook_mode = ucx_hook_mode();
     f->memory_framework_touched = memory_framework_touched();
     *memory_var = -1;
     if (!f->memory_framework_touched) {
@@ -234,12 +270,15 @@ void vmt_ompi_takeover(void)
     tried = true;
 
     struct vmt_ompi_takeover_facts f = {0};
-    char rsel[128], msel[128], patched[128], why[200];
+    char rsel[128], msel[128], patched[128], why[512];
     int memory_var;
     gather_facts(&f, rsel, msel, patched, sizeof(rsel), &memory_var);
     const char *no = vmt_ompi_takeover_refusal(&f, why, sizeof(why));
     if (no) {
         note("Open MPI's patcher stays (tracker as before): %s", no);
+        /* vmtrack was asked for by name and only the job's start can fix this: say so */
+        if (f.libc_patched && strstr(f.libc_patched, "libucm"))
+            opal_output(0, "rcache vmtrack: %s", C.takeover_note);
         return;
     }
     if (memory_var < 0) {
@@ -247,7 +286,7 @@ void vmt_ompi_takeover(void)
              "be registered");
         return;
     }
-    bool set_ucx = NULL == f.ucx_hook_mode;
+    bool set_ucx = NULL == getenv("UCX_MEM_MMAP_HOOK_MODE");
     if (set_ucx)
         setenv("UCX_MEM_MMAP_HOOK_MODE", "reloc", 1);
 

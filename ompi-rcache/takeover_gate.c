@@ -64,7 +64,12 @@ const char *vmt_ompi_takeover_refusal(const struct vmt_ompi_takeover_facts *f, c
         snprintf(buf, len, "Open MPI's memory framework is already registered or open: its "
                  "patcher may be in place");
     else if (f->libc_patched)
-        snprintf(buf, len, "libc is already patched: %s", f->libc_patched);
+        snprintf(buf, len, "libc is already patched: %s%s", f->libc_patched,
+                 strstr(f->libc_patched, "libucm")
+                     ? " (UCX does it when it loads, before main, unless told not to: start the "
+                       "job with UCX_MEM_MMAP_HOOK_MODE=reloc: mpirun --tune with vmtrack's "
+                       "openmpi-vmtrack.tune, or -x, or the variable in ucx.conf)"
+                     : "");
     else if (f->ucx_hook_mode && 0 != strcmp(f->ucx_hook_mode, "reloc") &&
              0 != strcmp(f->ucx_hook_mode, "none"))
         snprintf(buf, len, "UCX_MEM_MMAP_HOOK_MODE=%s asks UCX to patch libc itself",

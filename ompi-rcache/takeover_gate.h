@@ -17,7 +17,9 @@ struct vmt_ompi_takeover_facts {
     const char *libc_patched;      /* "munmap() by /x/libucm.so.0": an entry already patched
                                     * by someone else than vmtrack (NULL: none) */
     const char *ucx_loaded;        /* a UCX library already in the process (NULL: none) */
-    const char *ucx_hook_mode;     /* UCX_MEM_MMAP_HOOK_MODE (NULL: unset) */
+    const char *ucx_hook_mode;     /* UCX's mmap hook mode: the loaded UCX's effective one
+                                    * (environment and ucx.conf as it read them), else
+                                    * UCX_MEM_MMAP_HOOK_MODE (NULL: unset) */
 };
 
 /* NULL when every condition holds, else why the takeover is not done (one sentence). */

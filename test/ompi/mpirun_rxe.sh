@@ -24,6 +24,54 @@ openib_cpcs() {
 		sed -n '/btl_openib_cpc_include/{n;s/.*(valid values: \(.*\))/\1/p;}' | head -n1
 }
 
+# Open MPI 5 (no openib; pml ucx over rxe0): test/ompi/ompi_stale, rank 0 sending 1 MiB
+# zero-copy (UCX_RNDV_SCHEME=get_zcopy: the peer reads the registered source pages) from a
+# buffer whose pages it replaces between rounds, through libc and with raw system calls.
+# pml ucx registers through UCX's own cache, which hears vmtrack only through vmtrack's UCX
+# module: with the module, 0 stale bytes and vmtrack's registration of every fresh set of
+# pages are asserted; without it the job's bytes are shown, stock and with the component.
+ucx_jobs() {
+	local ucx=(--mca pml ucx --mca osc ^ucx -x UCX_TLS=rc_verbs,ud_verbs,self
+		-x UCX_NET_DEVICES=rxe0:1 -x UCX_IB_GID_INDEX=0 -x UCX_RNDV_SCHEME=get_zcopy
+		-x UCX_WARN_UNUSED_ENV_VARS=n)
+	local job=$builddir/test/ompi/ompi_stale module=$builddir/.libs/libvmtrack-ucx.so fail=0 out
+	echo "== stock Open MPI (stale bytes shown; that there are any is asserted: zero-copy)"
+	out=$(env -u OMPI_MCA_mca_base_component_path timeout 200 mpirun --allow-run-as-root -np 2 \
+		"${ucx[@]}" "$job" --changes all 2>&1) || fail=1
+	printf '%s\n' "$out"
+	# Only registered pages can be stale: none would mean UCX copied through bounce buffers
+	# and the job below would prove nothing.
+	if ! printf '%s\n' "$out" | grep -q 'raw munmap+mmap .* [1-9][0-9]* stale bytes'; then
+		echo "FAIL: stock: no stale byte after a raw change: the source was not sent zero-copy"
+		fail=1
+	fi
+	echo "== --tune openmpi-vmtrack.tune (rcache vmtrack, kmod tracker)"
+	if [ -e "$module" ]; then
+		timeout 200 mpirun --allow-run-as-root -np 2 --tune "$tune" "${ucx[@]}" \
+			-x LD_PRELOAD="$module" -x VMTRACK_TRACKER=kmod -x UCX_IB_FORK_INIT=n \
+			--mca rcache_vmtrack_verbose 10 "$job" --changes all --expect-vmtrack || fail=1
+	else
+		echo "note: no $module (UCX module not built): UCX's cache does not hear vmtrack," \
+			"the bytes are shown"
+		timeout 200 mpirun --allow-run-as-root -np 2 --tune "$tune" "${ucx[@]}" \
+			--mca rcache_vmtrack_verbose 10 "$job" --changes all || fail=1
+	fi
+	return $fail
+}
+
+# Open MPI 5, btl uct over rxe0 (pml ob1): btl uct asks the rcache framework for "grdma" by
+# name; with the tune file (--mca rcache vmtrack) vmtrack serves it. test/ompi/mpi_rdma_check
+# moves 4 MiB messages over buffers unmapped and mapped again, checks every byte, and checks
+# that vmtrack's shared cache did the registering (registrations and hits).
+uct_job() {
+	echo "== btl uct on rxe0 through \"grdma\" served by vmtrack (kmod tracker)"
+	timeout 300 mpirun --allow-run-as-root -np 2 --tune "$tune" --mca pml ob1 \
+		--mca btl uct,self --mca btl_uct_memory_domains rxe0 --mca btl_uct_transports any \
+		--mca osc ^ucx --mca mpi_leave_pinned 1 --mca rcache_vmtrack_print_stats 1 \
+		--mca rcache_vmtrack_verbose 10 -x UCX_IB_GID_INDEX=0 \
+		"$builddir/test/ompi/mpi_rdma_check" 24
+}
+
 if [ "${1:-}" = --in-guest ]; then
 	ip addr add 10.77.0.1/24 dev vmt0 2>/dev/null
 	ip link set vmt0 up
@@ -33,6 +81,13 @@ if [ "${1:-}" = --in-guest ]; then
 	common=(--allow-run-as-root -np 2 -x LD_LIBRARY_PATH
 		--mca mca_base_component_path "$builddir/test/ompi/components:$sysdir"
 		--mca pml ob1 --mca mpi_leave_pinned 1 --mca rcache_vmtrack_print_stats 1)
+	if ! ompi_info 2>/dev/null | grep -q 'MCA btl: openib'; then
+		. "$here/ompi_env.sh"
+		fail=0
+		ucx_jobs || fail=1
+		uct_job || fail=1
+		exit $fail
+	fi
 	case $(openib_cpcs) in
 	*rdmacm*)
 		set -x

@@ -1,6 +1,7 @@
 /* See ompi_testenv.h. */
 #include "ompi_testenv.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "opal/mca/base/base.h"
 #include "opal/mca/rcache/base/base.h"
 
+#include "ompi-rcache/ompi_compat.h"
 #include "ompi-rcache/rcache_vmtrack.h"
 
 #ifndef VMT_OMPI_BUILDDIR
@@ -44,8 +46,26 @@ const char *vmt_ompi_test_component_dir(void)
     return comp_dir;
 }
 
+/* Open MPI 5 links UCX into libopen-pal: UCX is loaded, and patches libc unless told not to,
+ * before main. A job using vmtrack starts with UCX_MEM_MMAP_HOOK_MODE=reloc (vmtrack's Open
+ * MPI settings file, its modulefile); a test started by make without it starts again with it. */
+static void start_with_ucx_mode(char **argv)
+{
+    void *ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_NOLOAD);
+    if (NULL == ucs || getenv("UCX_MEM_MMAP_HOOK_MODE"))
+        return;
+    dlclose(ucs);
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "reloc", 1);
+    fprintf(stderr, "UCX is loaded before main: starting again with UCX_MEM_MMAP_HOOK_MODE=reloc, "
+            "as a job using vmtrack starts\n");
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "execv /proc/self/exe: %s\n", strerror(errno));
+    exit(99);
+}
+
 int vmt_ompi_test_mpi_init(int *argc, char ***argv)
 {
+    start_with_ucx_mode(*argv);
     char path[2 * PATH_MAX + 2];
     snprintf(path, sizeof(path), "%s:%s", vmt_ompi_test_component_dir(),
              VMT_OMPI_SYSTEM_COMPONENTDIR);
@@ -53,7 +73,7 @@ int vmt_ompi_test_mpi_init(int *argc, char ***argv)
     setenv("OMPI_MCA_rcache", "vmtrack,grdma", 0);
     setenv("OMPI_MCA_pml", "ob1", 0);
     setenv("OMPI_MCA_btl", "self", 0);
-    setenv("OMPI_MCA_osc", "pt2pt", 0);
+    setenv("OMPI_MCA_osc", VMT_OMPI_OSC_WITHOUT_UCX, 0);
     setenv("OMPI_MCA_mtl", "^ofi,psm,psm2", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);

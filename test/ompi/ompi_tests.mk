@@ -13,7 +13,8 @@ check_PROGRAMS += test/ompi/test_ompi_framework
 TESTS += test/ompi/test_ompi_framework
 test_ompi_test_ompi_framework_SOURCES = test/ompi/test_ompi_framework.c \
 	test/ompi/ompi_testenv.c test/ompi/ompi_testenv.h \
-	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h \
+	ompi-rcache/takeover_gate.c ompi-rcache/takeover_gate.h
 test_ompi_test_ompi_framework_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 if HAVE_UCX
 # UCX is there: the guard test loads it to patch libc after the takeover
@@ -23,11 +24,15 @@ test_ompi_test_ompi_framework_LDADD = $(OMPI_TEST_LIBS)
 test_ompi_test_ompi_framework_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_test_ompi_framework_DEPENDENCIES = $(OMPI_TEST_DEPS)
 
-# The takeover decision, one condition at a time (no MPI).
+# ... and "grdma" asked for by name with --mca rcache vmtrack (served by vmtrack on 5.0+).
+TESTS += test/ompi/grdma_served.sh
+
+# The takeover decision, one condition at a time, and the release check (no MPI).
 check_PROGRAMS += test/ompi/test_ompi_takeover
 TESTS += test/ompi/test_ompi_takeover
 test_ompi_test_ompi_takeover_SOURCES = test/ompi/test_ompi_takeover.c \
-	ompi-rcache/takeover_gate.c ompi-rcache/takeover_gate.h
+	ompi-rcache/takeover_gate.c ompi-rcache/takeover_gate.h \
+	ompi-rcache/ompi_release.c ompi-rcache/ompi_release.h
 test_ompi_test_ompi_takeover_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(CHECK_CFLAGS)
 test_ompi_test_ompi_takeover_LDADD = $(CHECK_LIBS)
 
@@ -61,6 +66,13 @@ test_ompi_mpi_hooks_check_CPPFLAGS = $(OMPI_TEST_CPPFLAGS)
 test_ompi_mpi_hooks_check_LDADD = $(OMPI_LIBS) $(OMPI_PAL_LIBS) -ldl
 test_ompi_mpi_hooks_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_mpi_hooks_check_DEPENDENCIES = $(OMPI_TEST_DEPS)
+# ... and three MPI Sessions cycles in one process (Open MPI 5), also run by mpirun_host.sh.
+check_PROGRAMS += test/ompi/mpi_sessions_check
+test_ompi_mpi_sessions_check_SOURCES = test/ompi/mpi_sessions_check.c \
+	ompi-rcache/entry_owner.c ompi-rcache/entry_owner.h
+test_ompi_mpi_sessions_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -isystem $(OMPI_PREFIX_INC)
+test_ompi_mpi_sessions_check_LDADD = $(OMPI_LIBS)
+test_ompi_mpi_sessions_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
 TESTS += test/ompi/mpirun_host.sh
 # ... and each condition of the takeover made false: skipped, saying why.
 TESTS += test/ompi/takeover_gates.sh
@@ -80,9 +92,18 @@ test_ompi_mpi_verbs_rdma_LDADD = libvmtrack.la $(OMPI_LIBS) $(OMPI_PAL_LIBS) $(I
 test_ompi_mpi_verbs_rdma_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_test_ompi_mpi_verbs_rdma_DEPENDENCIES = $(OMPI_TEST_DEPS)
 
+# Open MPI 5, pml ucx over rxe0: do registrations let rank 0 send stale pages? The MPICH job's
+# program (test/ucx/mpich_stale.c: plain MPI), built against Open MPI; run by mpirun_rxe.sh.
+check_PROGRAMS += test/ompi/ompi_stale
+test_ompi_ompi_stale_SOURCES = test/ucx/mpich_stale.c
+test_ompi_ompi_stale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype -isystem $(OMPI_PREFIX_INC)
+test_ompi_ompi_stale_LDADD = $(OMPI_LIBS)
+test_ompi_ompi_stale_LDFLAGS = $(OMPI_TEST_LDOPTS)
+
 # The guest job on its own: make check-ompi-vm
 .PHONY: check-ompi-vm
-check-ompi-vm: mca_rcache_vmtrack.la test/ompi/mpi_rdma_check$(EXEEXT) test/ompi/mpi_verbs_rdma$(EXEEXT)
+check-ompi-vm: mca_rcache_vmtrack.la test/ompi/mpi_rdma_check$(EXEEXT) test/ompi/mpi_verbs_rdma$(EXEEXT) \
+		test/ompi/ompi_stale$(EXEEXT)
 	VMT_OMPI_VM=1 VMT_BUILDDIR=$(abs_top_builddir) bash $(abs_top_srcdir)/test/ompi/mpirun_rxe.sh
 
 # The component directory the tests make in the build tree (ompi_testenv.c, the scripts).

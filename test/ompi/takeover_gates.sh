@@ -31,7 +31,25 @@ case_() {  # case_ NAME EXPECTED-TEXT ENV-ASSIGNMENTS...: run the singleton with
 }
 
 case_ "all conditions met" "vmtrack's hooks are the process's memory patcher" \
+	OMPI_MCA_rcache=vmtrack UCX_MEM_MMAP_HOOK_MODE=reloc
+# UCX's mode from ucx.conf (UCX reads ./ucx.conf), not the environment
+cfg=$(mktemp -d)
+echo UCX_MEM_MMAP_HOOK_MODE=reloc >"$cfg/ucx.conf"
+out_dir=$(pwd)
+cd "$cfg" && case_ "UCX's mode from ucx.conf" "vmtrack's hooks are the process's memory patcher" \
 	OMPI_MCA_rcache=vmtrack
+cd "$out_dir" && rm -rf "$cfg"
+if [ "$ucx_at_exec" = yes ]; then
+	# Open MPI 5: UCX loaded and patching before main unless the job starts with the mode
+	case_ "UCX mode unset at exec" "start the job with UCX_MEM_MMAP_HOOK_MODE=reloc" \
+		VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack
+	bistro_want="libc is already patched: mmap() by"
+else
+	# Open MPI 4.1: UCX loads later; the component tells it the mode first
+	case_ "UCX mode unset" "vmtrack's hooks are the process's memory patcher (UCX_MEM_MMAP_HOOK_MODE=reloc)" \
+		OMPI_MCA_rcache=vmtrack
+	bistro_want="UCX_MEM_MMAP_HOOK_MODE=bistro asks UCX to patch"
+fi
 case_ "rcache not naming vmtrack" "vmtrack is not chosen by name" \
 	VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=^grdma
 case_ "rcache unset" "vmtrack is not chosen by name (--mca rcache <unset>)" \
@@ -42,7 +60,7 @@ case_ "VMTRACK_TRACKER=uffd" "VMTRACK_TRACKER=uffd asks for another tracker" \
 	VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack VMTRACK_TRACKER=uffd
 case_ "--mca memory patcher" "the memory framework selection was set (environment)" \
 	VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack OMPI_MCA_memory=patcher
-case_ "UCX_MEM_MMAP_HOOK_MODE=bistro" "UCX_MEM_MMAP_HOOK_MODE=bistro asks UCX to patch" \
+case_ "UCX_MEM_MMAP_HOOK_MODE=bistro" "$bistro_want" \
 	VMT_EXPECT_TAKEOVER=0 OMPI_MCA_rcache=vmtrack UCX_MEM_MMAP_HOOK_MODE=bistro
 ucs=$(ldconfig -p 2>/dev/null | sed -n 's/.*libucs\.so\.0 .*=> //p' | head -1)
 if [ -n "$ucs" ]; then

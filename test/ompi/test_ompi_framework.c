@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -27,7 +28,9 @@
 #include "opal/runtime/opal_params.h"
 
 #include "ompi-rcache/entry_owner.h"
+#include "ompi-rcache/ompi_compat.h"
 #include "ompi-rcache/rcache_vmtrack.h"
+#include "ompi-rcache/takeover_gate.h"
 #include "ompi_testenv.h"
 #include "vmtrack.h"
 #include "../lib/check_run.h"
@@ -516,8 +519,30 @@ START_TEST(t_takeover_default_mode)
 }
 END_TEST
 
-/* A library that patches libc after the takeover (UCX's ucm told to patch in bistro mode):
- * the next registration miss warns, once, that Open MPI's consumers are cut off. */
+/* What another binary patcher does to libc's munmap: an absolute jump to its own function. */
+static int other_patchers_munmap(void *addr, size_t len)
+{
+    return (int) syscall(SYS_munmap, addr, len);
+}
+
+static void patch_munmap_elsewhere(void *libc)
+{
+    unsigned char *entry = dlsym(libc, "munmap");
+    ck_assert_ptr_nonnull(entry);
+    uintptr_t page = (uintptr_t) entry & ~(uintptr_t) 4095;
+    ck_assert_int_eq(mprotect((void *) page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    uintptr_t target = (uintptr_t) other_patchers_munmap;
+    static const unsigned char jmp_rip_0[6] = {0xff, 0x25, 0, 0, 0, 0};   /* jmp *0(%rip) */
+    memcpy(entry + 6, &target, sizeof(target));
+    memcpy(entry, jmp_rip_0, sizeof(jmp_rip_0));
+    ck_assert_int_eq(mprotect((void *) page, 8192, PROT_READ | PROT_EXEC), 0);
+}
+
+/* A library that patches libc after the takeover: the next registration miss warns, once,
+ * that Open MPI's consumers are cut off. The library is UCX's ucm told to patch in bistro
+ * mode where UCX is not loaded yet (Open MPI 4.1); where it is loaded at exec (Open MPI 5
+ * links it into libopen-pal, started in reloc mode) its loading cannot be repeated, and the
+ * test writes the same kind of jump itself. */
 START_TEST(t_takeover_guard_warns_once)
 {
     mca_rcache_vmtrack_component_t *comp = vmt_ompi_test_component();
@@ -526,19 +551,24 @@ START_TEST(t_takeover_guard_warns_once)
         fprintf(stderr, "[guard] not checked: no takeover here (%s)\n", comp->takeover_note);
         return;
     }
-    setenv("UCX_MEM_MMAP_HOOK_MODE", "bistro", 1);
-    void *ucs = dlopen("libucs.so.0", RTLD_NOW);
-#ifdef VMT_OMPI_TEST_UCX
-    ck_assert_msg(ucs, "UCX was found at configure time but: %s", dlerror());
-#else
-    if (NULL == ucs) {   /* built without UCX: nothing here patches libc on demand */
-        fprintf(stderr, "[guard] not checked (built without UCX): %s\n", dlerror());
-        return;
-    }
-#endif
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void *ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_NOLOAD);
+    if (ucs) {
+        patch_munmap_elsewhere(libc);
+    } else {
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "bistro", 1);
+        ucs = dlopen("libucs.so.0", RTLD_NOW);
+#ifdef VMT_OMPI_TEST_UCX
+        ck_assert_msg(ucs, "UCX was found at configure time but: %s", dlerror());
+#else
+        if (NULL == ucs) {   /* built without UCX: nothing here patches libc on demand */
+            fprintf(stderr, "[guard] not checked (built without UCX): %s\n", dlerror());
+            return;
+        }
+#endif
+    }
     const char *owner = vmt_ompi_entry_owner(dlsym(libc, "munmap"));
-    fprintf(stderr, "[guard] after loading libucs: munmap -> %s\n", owner);
+    fprintf(stderr, "[guard] after the other patcher: munmap -> %s\n", owner);
     ck_assert_ptr_null(strstr(owner, "libvmtrack"));            /* ucm did patch over us */
 
     char log[] = "/tmp/vmt_ompi_guard.XXXXXX";
@@ -577,6 +607,52 @@ START_TEST(t_takeover_guard_warns_once)
 }
 END_TEST
 
+/* What asks for "grdma" by name (btl ofi, btl uct, smsc knem) gets: grdma where the rcache
+ * selection keeps it; where it leaves it out (--mca rcache vmtrack), on Open MPI 5.0 and later
+ * a vmtrack module on the one cache, on 4.1 (or with rcache_vmtrack_serve_grdma false) nothing
+ * (the component warns instead). test/ompi/grdma_served.sh runs this case with
+ * OMPI_MCA_rcache=vmtrack, with and without serve_grdma false. */
+START_TEST(t_grdma_served)
+{
+    const char *sel = getenv("OMPI_MCA_rcache");
+    bool grdma_selected = vmt_ompi_selection_allows(sel, "grdma");
+    struct fake_btl b = {0}, bv = {0};
+    mca_rcache_base_module_t *g = make("grdma", "ofi.fake", &b);
+    fprintf(stderr, "[grdma] --mca rcache %s: \"grdma\" is served by %s\n", sel ? sel : "",
+            g ? g->rcache_component->rcache_version.mca_component_name : "nobody");
+    if (grdma_selected) {
+        ck_assert_ptr_nonnull(g);
+        ck_assert_str_eq(g->rcache_component->rcache_version.mca_component_name, "grdma");
+        mca_rcache_base_module_destroy(g);
+        return;
+    }
+    const char *serve = getenv("OMPI_MCA_rcache_vmtrack_serve_grdma");
+    if (!VMT_OMPI_SERVES_GRDMA || (serve && (0 == strcmp(serve, "0") ||
+                                             0 == strcmp(serve, "false")))) {
+        ck_assert_ptr_null(g);
+        return;
+    }
+    ck_assert_ptr_nonnull(g);
+    mca_rcache_base_module_t *v = make("vmtrack", "fake.v", &bv);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_str_eq(g->rcache_component->rcache_version.mca_component_name, "vmtrack");
+    ck_assert_ptr_eq((void *) g->rcache_register, (void *) v->rcache_register);
+    unsigned char *buf = map_pages(4);
+    mca_rcache_base_registration_t *r1 = NULL, *r2 = NULL;
+    ck_assert_int_eq(REG(g, buf, 4 * 4096, 0, MCA_RCACHE_ACCESS_ANY, &r1), OPAL_SUCCESS);
+    ck_assert_int_eq(REG(g, buf + 4096, 4096, 0, MCA_RCACHE_ACCESS_ANY, &r2), OPAL_SUCCESS);
+    ck_assert_int_eq(b.nreg, 1);                       /* the second one was a cache hit */
+    ck_assert_ptr_eq(r1, r2);
+    DEREG(g, r2);
+    DEREG(g, r1);
+    munmap(buf, 4 * 4096);
+    mca_rcache_base_module_destroy(v);
+    mca_rcache_base_module_destroy(g);
+    ck_assert_int_eq(b.ndereg, 1);                     /* deregistered through the BTL */
+    ck_assert_int_eq(b.bad_fields, 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ompi-rcache");
@@ -594,6 +670,10 @@ static Suite *suite(void)
     tcase_add_test(tc, t_takeover_default_mode);
     tcase_add_test(tc, t_takeover_guard_warns_once);
     suite_add_tcase(s, tc);
+    TCase *grdma = tcase_create("grdma");
+    tcase_set_timeout(grdma, 60);
+    tcase_add_test(grdma, t_grdma_served);
+    suite_add_tcase(s, grdma);
     return s;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ompi-rcache/ompi_release.h"
 #include "ompi-rcache/takeover_gate.h"
 #include "../lib/check_run.h"
 
@@ -20,7 +21,7 @@ static struct vmt_ompi_takeover_facts all_met(void)
 
 static void assert_refused(const struct vmt_ompi_takeover_facts *f, const char *why)
 {
-    char buf[200];
+    char buf[512];
     const char *no = vmt_ompi_takeover_refusal(f, buf, sizeof(buf));
     ck_assert_msg(no, "taken over, expected refusal \"%s\"", why);
     ck_assert_msg(strstr(no, why), "refused with \"%s\", expected \"%s\"", no, why);
@@ -78,6 +79,10 @@ static const struct {
     {{MET, .ucx_loaded = "libucs.so.0", .ucx_hook_mode = "bistro"},
      "UCX_MEM_MMAP_HOOK_MODE=bistro"},
     {{MET, .ucx_hook_mode = "bistro"}, "UCX_MEM_MMAP_HOOK_MODE=bistro"},
+    /* Open MPI 5: UCX is loaded and patched before main; the refusal names the fix */
+    {{MET, .ucx_loaded = "libucs.so.0", .ucx_hook_mode = "bistro",
+      .libc_patched = "mmap() by /usr/lib/libucm.so.0"},
+     "start the job with UCX_MEM_MMAP_HOOK_MODE=reloc"},
 };
 
 START_TEST(t_each_condition)
@@ -103,6 +108,29 @@ START_TEST(t_selection_strings)
 }
 END_TEST
 
+/* The release the component runs in against the one it was built for: major.minor. */
+START_TEST(t_release_check)
+{
+    char buf[256];
+    ck_assert_ptr_null(vmt_ompi_release_refusal("5.0.7", "5.0.7", buf, sizeof(buf)));
+    ck_assert_ptr_null(vmt_ompi_release_refusal("5.0.7", "5.0.3", buf, sizeof(buf)));
+    ck_assert_ptr_null(vmt_ompi_release_refusal("6.0.0rc2", "6.0.0rc2", buf, sizeof(buf)));
+    ck_assert_ptr_null(vmt_ompi_release_refusal("4.1.4", "4.1.4", buf, sizeof(buf)));
+    /* Debian's 6.0 reuses 4.1's libopen-pal.so.40: a 4.1 build loads into it */
+    const char *no = vmt_ompi_release_refusal("4.1.4", "6.0.0rc2", buf, sizeof(buf));
+    ck_assert_ptr_nonnull(no);
+    ck_assert_ptr_nonnull(strstr(no, "built for Open MPI 4.1.4, running in Open MPI 6.0.0rc2"));
+    ck_assert_ptr_nonnull(strstr(no, "rebuild vmtrack against Open MPI 6.0.0rc2"));
+    ck_assert_ptr_nonnull(vmt_ompi_release_refusal("5.0.7", "5.1.0", buf, sizeof(buf)));
+    ck_assert_ptr_nonnull(vmt_ompi_release_refusal("5.0.7", "4.1.4", buf, sizeof(buf)));
+    no = vmt_ompi_release_refusal("5.0.7", "", buf, sizeof(buf));
+    ck_assert_ptr_nonnull(no);
+    ck_assert_ptr_nonnull(strstr(no, "unreadable"));
+    ck_assert_ptr_nonnull(vmt_ompi_release_refusal("5.0.7", NULL, buf, sizeof(buf)));
+    ck_assert_ptr_nonnull(vmt_ompi_release_refusal("x", "5.0.7", buf, sizeof(buf)));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ompi-takeover");
@@ -110,6 +138,7 @@ int main(void)
     tcase_add_test(tc, t_all_met);
     tcase_add_loop_test(tc, t_each_condition, 0, sizeof(refusals) / sizeof(refusals[0]));
     tcase_add_test(tc, t_selection_strings);
+    tcase_add_test(tc, t_release_check);
     suite_add_tcase(s, tc);
     return check_run(s, CK_FORK) ? 1 : 0;
 }
