@@ -1,6 +1,6 @@
 # The manual pages (written in man(7) macros): the command in section 1, the library's
 # functions in section 3 (one page per function or family; the rest are ".so" links), the
-# overview and the environment in section 7.
+# overview and the environment in section 7. test/check_man.sh checks this list against doc/man/.
 dist_man_MANS = \
 	doc/man/man1/vmtrack.1 \
 	doc/man/man3/vmt_cache_create.3 \
@@ -39,3 +39,6 @@ dist_man_MANS = \
 	doc/man/man3/vmt_version.3 \
 	doc/man/man3/vmtrack.3 \
 	doc/man/man7/vmtrack.7
+
+TESTS += test/check_man.sh
+EXTRA_DIST += test/check_man.sh
