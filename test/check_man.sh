@@ -2,8 +2,9 @@
 # The manual pages: every function common/libvmtrack.map exports has a section 3 page (its own,
 # or a ".so" link to its family's page, whose NAME lists it), every page is installed
 # (doc/man/man.mk lists exactly the files in doc/man/), the section 3 pages have the sections a
-# reader looks for, their cross-references lead to pages that exist, and every page renders
-# with `man --warnings -l` and `groff -ww` without a single warning.
+# reader looks for, their cross-references lead to pages that exist, vmtrack(7) documents every
+# VMTRACK_* variable, and every page renders with `man --warnings -l` and `groff -ww` without
+# a single warning.
 set -u
 srcdir=${srcdir:-.}
 man_top=$srcdir/doc/man
@@ -61,7 +62,12 @@ for page in "$man_top"/man[0-9]/*; do
 	done
 done
 
-# 4. every page renders without a warning (".so" is resolved from the top of the tree)
+# 4. vmtrack(7) documents every variable the environment parser knows (common/util/env.cc)
+for var in $(grep -o '{"VMTRACK_[A-Z0-9_]*"' "$srcdir/common/util/env.cc" | tr -d '{"' | sort -u); do
+	grep -q "^\.B $var\$" "$man_top/man7/vmtrack.7" || bad "vmtrack(7) does not document $var"
+done
+
+# 5. every page renders without a warning (".so" is resolved from the top of the tree)
 npages=0
 for page in "$man_top"/man[0-9]/*; do
 	npages=$((npages + 1))
