@@ -1,5 +1,6 @@
 #!/bin/sh
-# `vmtrack check` as users run it: the table, --json, the exit status, bad usage.
+# `vmtrack check` as users run it: the table, --json, the exit status, bad usage; and the
+# warning for a VMTRACK_* name that no part of vmtrack reads.
 set -u
 VMTRACK=${VMTRACK:-./vmtrack}
 fail() { echo "FAIL: $*"; exit 1; }
@@ -31,4 +32,11 @@ $VMTRACK check --timeout 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--timeout 0: expected exit 2"
 n=$($VMTRACK check --list | wc -l)
 [ "$n" -ge 9 ] || fail "--list shows $n scenarios"
+
+# Variables the adapters read are known to the library; a misspelt one is named.
+warn=$(VMTRACK_UCX=1 VMTRACK_UCX_NATIVE=1 VMTRACK_OFI=1 VMTRACK_OFI_MAX_RANGES=64 \
+	$VMTRACK info 2>&1 >/dev/null | grep 'is not a variable vmtrack reads')
+[ -z "$warn" ] || fail "an adapter's variable is reported as unknown: $warn"
+VMTRACK_TRAKCER=hooks $VMTRACK info 2>&1 >/dev/null | grep -q 'VMTRACK_TRAKCER is not a variable' ||
+	fail "a misspelt VMTRACK_* name gets no warning"
 echo "PASS"
