@@ -286,6 +286,18 @@ int vmt_unsubscribe(struct vmt_cache *cache, vmt_event_fn fn, void *arg)
     return cache ? as_cache(cache)->unsubscribe(fn, arg) : -EINVAL;
 }
 
+int vmt_changes_mark(struct vmt_cache *cache, uint64_t *mark)
+{
+    return cache && mark ? as_cache(cache)->changes_mark(mark) : -EINVAL;
+}
+
+int vmt_changed_since(struct vmt_cache *cache, uint64_t mark, const void *addr, size_t len)
+{
+    if (!cache || !len)
+        return -EINVAL;
+    return as_cache(cache)->changed_since(mark, reinterpret_cast<uintptr_t>(addr), len);
+}
+
 const char *vmt_version(void) { return PACKAGE_VERSION; }
 
 int vmt_check_version(unsigned major, unsigned minor)

@@ -15,7 +15,7 @@ libvmtrack_la_SOURCES = \
 	common/cache/cache.h common/cache/internal.h \
 	common/cache/lifecycle.cc common/cache/hit.cc common/cache/miss.cc \
 	common/cache/retire.cc common/cache/evict.cc common/cache/events.cc common/cache/lanes.cc \
-	common/cache/fork.cc common/cache/stats.cc common/cache/maintain.cc \
+	common/cache/fork.cc common/cache/stats.cc common/cache/maintain.cc common/cache/changes.cc \
 	common/cache/mapped_blocks.cc common/cache/mapped_blocks.h \
 	common/index/index.h common/index/pool.h \
 	common/index/holds.cc common/index/holds.h \

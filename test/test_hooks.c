@@ -443,6 +443,42 @@ START_TEST(fork_with_two_lanes)
 }
 END_TEST
 
+/* The change log (vmt_changes_mark, vmt_changed_since): every change libc makes is in it from
+ * the mark on, changes elsewhere are not the range's, more than the log keeps answer
+ * "changed"; a tracker without it says so. */
+START_TEST(changes_since_a_mark)
+{
+    struct fixture fx;
+    tracker_open(&fx);
+    char *p = map_filled(MB, 0x5a), *q = map_filled(MB, 0x5a);
+    uint64_t mark;
+    ck_assert_int_eq(vmt_changes_mark(fx.cache, NULL), -EINVAL);
+    ck_assert_int_eq(vmt_changes_mark(fx.cache, &mark), 0);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, MB), 0);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark + 1, p, MB), -EINVAL);   /* no such mark */
+    ck_assert_ptr_eq(mmap(q, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                          -1, 0), q);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, MB), 0);   /* another range */
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, q, MB), 1);
+    ck_assert_int_eq(madvise(p + MB / 2, 4096, MADV_DONTNEED), 0);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, 4096), 0);   /* not that page */
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, MB), 1);
+    /* A new mark after them: nothing since. More changes than the log keeps: "changed". */
+    ck_assert_int_eq(vmt_changes_mark(fx.cache, &mark), 0);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, MB), 0);
+    for (int i = 0; i < 300; i++)
+        ck_assert_int_eq(munmap(q, MB), 0);
+    ck_assert_int_eq(vmt_changed_since(fx.cache, mark, p, MB), 1);
+    munmap(p, MB);
+    fixture_close(&fx);
+    /* A tracker that hears only watched ranges, or after the change, keeps no log. */
+    struct fixture none;
+    ck_assert_int_eq(fixture_try_open(&none, "none", 0), 0);
+    ck_assert_int_eq(vmt_changes_mark(none.cache, &mark), -ENOTSUP);
+    fixture_close(&none);
+}
+END_TEST
+
 int main(void)
 {
     int rc = skip_unless_tracker("test_hooks", tracker_under_test);
@@ -455,6 +491,7 @@ int main(void)
     tcase_add_test(tc, errno_preserved);
     tcase_add_test(tc, get_during_unmap);
     tcase_add_test(tc, unmap_races_a_miss);
+    tcase_add_test(tc, changes_since_a_mark);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, auto_reports_hooks_available);

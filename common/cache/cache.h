@@ -210,6 +210,12 @@ public:
     const std::string &tracker_report() const noexcept { return tracker_report_; }
     std::string tracker_details() const { return tracker_->describe(); }
 
+    // The changes the tracker reported before they happened (changes.cc; the head's):
+    // -ENOTSUP where the tracker does not hear every change first.
+    int changes_mark(uint64_t *mark) noexcept;
+    // 0: no change overlapping [start, start+len) since mark; 1: one, or it cannot tell.
+    int changed_since(uint64_t mark, uintptr_t start, size_t len) const noexcept;
+
     // TrackerSink: the head's, for all its lanes (lanes.cc).
     void invalidate(uintptr_t start, size_t len) noexcept override;
     uint64_t unmap_begin(uintptr_t start, size_t len) noexcept override;
@@ -709,6 +715,14 @@ private:
 
     std::atomic<bool> needs_fork_fixup_{false};
     Cache *next_cache_ = nullptr;  // in the list of all caches (for fork)
+
+    // ---- the change log (changes.cc), the head's, once a mark was asked for ----
+    struct ChangeSlot;
+    static constexpr uint64_t kChangeLog = 256;
+    std::atomic<ChangeSlot *> change_log_{nullptr};
+    std::atomic<uint64_t> changes_{0};
+    void log_change(uintptr_t start, size_t len) noexcept;
+    void free_change_log() noexcept;
 
     // ---- lanes (lanes.cc) ----
     // The cache vmt_cache_create made is the head: it owns the tracker, the subscribers, the

@@ -145,6 +145,7 @@ void Cache::destroy_lanes() noexcept
 
 void Cache::invalidate(uintptr_t start, size_t len) noexcept
 {
+    log_change(start, len);
     for (unsigned i = 0; i < nlanes_; i++)
         lanes_[i]->invalidate_lane(start, len);
 }
@@ -152,6 +153,7 @@ void Cache::invalidate(uintptr_t start, size_t len) noexcept
 uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
 {
     uint64_t token = 0;  // bit i: lane i's token (kQuickUnmap or kLockedUnmap)
+    log_change(start, len);  // before the system call, which follows unmap_begin
     for (unsigned i = 0; i < nlanes_; i++)
         token |= lanes_[i]->unmap_begin_lane(start, len) << i;
     return token;

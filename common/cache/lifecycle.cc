@@ -185,8 +185,10 @@ Cache::~Cache()
         // Events stop here: the tracker may call back into this cache until it is gone.
         own_tracker_.reset();
     }
-    if (head_ == this)
+    if (head_ == this) {
         destroy_lanes();
+        free_change_log();  // the tracker, which wrote it, is gone
+    }
     while (devices_) {
         Device *d = devices_;
         devices_ = d->next;

@@ -7,6 +7,8 @@ dist_man_MANS = \
 	doc/man/man3/vmt_cache_destroy.3 \
 	doc/man/man3/vmt_cache_tracker.3 \
 	doc/man/man3/vmt_cache_tracker_report.3 \
+	doc/man/man3/vmt_changed_since.3 \
+	doc/man/man3/vmt_changes_mark.3 \
 	doc/man/man3/vmt_check_version.3 \
 	doc/man/man3/vmt_device_attach.3 \
 	doc/man/man3/vmt_device_ctx.3 \
