@@ -12,6 +12,10 @@
  * armed before its registration. */
 static _Atomic uint64_t arm_clock = 1;
 static __thread uint64_t t_mark;
+/* The watch cache's change log at this thread's last call (t_log_cache: the cache it was
+ * taken on, NULL: none). */
+static __thread uint64_t t_log_mark;
+static __thread struct vmt_cache *t_log_cache;
 
 static size_t index_of(const struct vmt_ofi_arms *a, uintptr_t addr, size_t len)
 {
@@ -84,7 +88,14 @@ void vmt_ofi_arms_set(struct vmt_ofi_arms *a, uintptr_t addr, size_t len, struct
         vmt_put(old);
 }
 
-void vmt_ofi_arms_call_ends(void)
+void vmt_ofi_arms_call_ends(struct vmt_cache *wcache)
 {
     t_mark = atomic_load_explicit(&arm_clock, memory_order_acquire);
+    t_log_cache = wcache && vmt_changes_mark(wcache, &t_log_mark) == 0 ? wcache : NULL;
+}
+
+bool vmt_ofi_unchanged_since_call(struct vmt_cache *wcache, uintptr_t addr, size_t len)
+{
+    return wcache && t_log_cache == wcache &&
+           vmt_changed_since(wcache, t_log_mark, (const void *)addr, len) == 0;
 }

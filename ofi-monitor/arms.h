@@ -18,6 +18,12 @@
  * Ticks: a process-wide clock advanced by every arming; each thread remembers the clock as it
  * left its last monitor call. An arm whose tick is at most that mark was armed before.
  *
+ * Where the tracker hears every change before it happens (hooks), the watch cache also keeps
+ * a log of those changes (vmt_changes_mark): each thread remembers the log's mark as it left
+ * its last call, and a subscribe whose range the log shows unchanged since then is cached at
+ * once, armed or not (the pages pinned after that call are the ones its watch now covers).
+ * kmod and uffd do not see changes of ranges nobody watched: there the arms decide alone.
+ *
  * Fixed size, direct-mapped by a hash of the range (an arm that collides replaces the older:
  * the range is refused once more, never served stale). Under a mutex: armed from subscribe and
  * from a valid() that said false, both slow paths, never while calling libfabric. */
@@ -29,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct vmt_cache;
 struct vmt_reg;
 
 struct vmt_ofi_arm {
@@ -57,7 +64,14 @@ bool vmt_ofi_arms_trust(struct vmt_ofi_arms *a, uintptr_t addr, size_t len,
  * the watch already armed keeps the older tick and releases the caller's hold. */
 void vmt_ofi_arms_set(struct vmt_ofi_arms *a, uintptr_t addr, size_t len, struct vmt_reg *watch);
 
-/* At the end of every monitor call (subscribe, valid): remember the clock for this thread. */
-void vmt_ofi_arms_call_ends(void);
+/* At the end of every monitor call (start, subscribe, valid): remember the clock for this
+ * thread, and where the watch cache keeps a change log (wcache given, hooks tracker), the
+ * log's mark. */
+void vmt_ofi_arms_call_ends(struct vmt_cache *wcache);
+
+/* Whether this thread's mark (its previous call's end) proves the range unchanged since:
+ * true only if the watch cache's log says no change overlapped it (see vmt_changed_since).
+ * Call after the range's watch was taken. */
+bool vmt_ofi_unchanged_since_call(struct vmt_cache *wcache, uintptr_t addr, size_t len);
 
 #endif

@@ -189,6 +189,8 @@ static int mon_start(struct fid_mem_monitor *f)
                 "caching: %s\n", m->why);
     }
     pthread_mutex_unlock(&m->open_lock);
+    /* A call like the others: the domain's first registration in this thread comes after it. */
+    vmt_ofi_arms_call_ends(ret == 0 ? m->wcache : NULL);
     return ret;
 }
 
@@ -221,7 +223,11 @@ static int subscribe_range(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
         COUNT(m, subscribes_refused);
         return ret;   /* -EFAULT (unmapped), -ENOTSUP (untrackable), -ENOSPC: not cached */
     }
-    if (!vmt_ofi_arms_trust(&m->arms, addr, len, w)) {
+    /* Cached at once where the log shows the range unchanged since this thread's previous
+     * call (the watch is taken: later changes retire it); else only under an armed watch. */
+    if (vmt_ofi_unchanged_since_call(m->wcache, addr, len)) {
+        COUNT(m, subscribes_logged);
+    } else if (!vmt_ofi_arms_trust(&m->arms, addr, len, w)) {
         /* The watch may be younger than the pages the provider pinned (arms.h); armed now. */
         COUNT(m, subscribes_unarmed);
         COUNT(m, subscribes_refused);
@@ -252,8 +258,9 @@ static int subscribe_range(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
 /* Under mm_lock, after the provider registered. Nonzero: libfabric uses the MR uncached. */
 static int mon_subscribe(struct fid_mem_monitor *f, const void *addr, size_t len)
 {
-    int ret = subscribe_range(mon_of(f), (uintptr_t)addr, len);
-    vmt_ofi_arms_call_ends();
+    struct vmt_ofi_mon *m = mon_of(f);
+    int ret = subscribe_range(m, (uintptr_t)addr, len);
+    vmt_ofi_arms_call_ends(m->wcache);
     return ret;
 }
 
@@ -298,8 +305,9 @@ refused:
 
 static bool mon_valid(struct fid_mem_monitor *f, const void *addr, size_t len)
 {
-    bool ok = range_valid(mon_of(f), (uintptr_t)addr, len);
-    vmt_ofi_arms_call_ends();
+    struct vmt_ofi_mon *m = mon_of(f);
+    bool ok = range_valid(m, (uintptr_t)addr, len);
+    vmt_ofi_arms_call_ends(m->wcache);
     return ok;
 }
 

@@ -35,6 +35,7 @@ struct vmt_ofi_stats {
     uint64_t notifies, overflows;     /* notify calls made; queue overflows (full notify) */
     uint64_t ranges, evictions;       /* subscribed ranges now; evicted to stay bounded */
     uint64_t subscribes_unarmed;      /* refused: no watch armed before the registration */
+    uint64_t subscribes_logged;       /* cached: the change log shows the range unchanged */
 };
 int vmt_ofi_stats_get(struct vmt_ofi_stats *st);
 

@@ -6,6 +6,7 @@
  * (VMT_OFI_TEST_TRACKER to choose another). */
 #define _GNU_SOURCE
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,11 +148,27 @@ static void replace_pages(void *p, size_t len)
     memset(p, 2, len);
 }
 
-/* A range's first registration is not cached: its subscribe arms the watch it found and
- * refuses (arms.h); the next registration of the range by the same thread is cached. */
-static void arm_then_subscribe(void *p, size_t len)
+/* Whether the watch cache logs changes before they happen (hooks; not uffd, kmod). */
+static bool changes_logged(void)
+{
+    uint64_t mark;
+    return mon.wcache && vmt_changes_mark(mon.wcache, &mark) == 0;
+}
+
+/* A range's first registration by a thread that has called the monitor before: cached at
+ * once where the watch cache logs changes and none touched the range since that call;
+ * elsewhere its subscribe arms the watch it found and refuses (arms.h), and the next
+ * registration of the range by the same thread is cached. */
+static void first_subscribe(void *p, size_t len)
 {
     uint64_t unarmed = stats().subscribes_unarmed;
+    if (changes_logged()) {
+        uint64_t logged = stats().subscribes_logged;
+        ck_assert_int_eq(subscribe(p, len), 0);
+        ck_assert_uint_eq(stats().subscribes_logged, logged + 1);
+        ck_assert_uint_eq(stats().subscribes_unarmed, unarmed);
+        return;
+    }
     ck_assert_int_ne(subscribe(p, len), 0);
     ck_assert_uint_eq(stats().subscribes_unarmed, unarmed + 1);
     ck_assert_int_eq(subscribe(p, len), 0);
@@ -164,7 +181,7 @@ static void *started_with_range(void)
     setup_mon(0);
     start_mon();
     void *p = map_buf(LEN);
-    arm_then_subscribe(p, LEN);
+    first_subscribe(p, LEN);
     return p;
 }
 
@@ -233,7 +250,7 @@ START_TEST(two_domains_share_a_range)
     setup_mon(0);
     start_mon();
     void *p = map_buf(LEN);
-    arm_then_subscribe(p, LEN);               /* domain 1 */
+    first_subscribe(p, LEN);               /* domain 1 */
     ck_assert_int_eq(subscribe(p, LEN), 0);   /* domain 2, same range */
     ck_assert_uint_eq(stats().ranges, 1);
     /* unsubscribe (libfabric >= 2.1): one reference less keeps the range; the last drops it
@@ -275,7 +292,12 @@ START_TEST(growth_is_bounded)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     char *p = map_buf((size_t)N * page);
     int cached = 0;
+    bool logged = changes_logged();   /* first registrations cached at once (hooks) */
     for (int i = 0; i < N; i++) {
+        if (logged) {
+            cached += subscribe(p + (size_t)i * page, page) == 0;
+            continue;
+        }
         ck_assert_int_ne(subscribe(p + (size_t)i * page, page), 0);   /* arms */
         cached += subscribe(p + (size_t)i * page, page) == 0;
     }
@@ -283,8 +305,8 @@ START_TEST(growth_is_bounded)
     ck_assert_uint_le(s.ranges, MAX);
     ck_assert_uint_gt(s.evictions, 0);
     ck_assert_int_gt(cached, MAX / 2);
-    ck_assert_uint_eq(s.subscribes_unarmed, N);
-    ck_assert_uint_eq(s.subscribes_refused, (uint64_t)(N + N - cached));
+    ck_assert_uint_eq(s.subscribes_unarmed, logged ? 0 : N);
+    ck_assert_uint_eq(s.subscribes_refused, (uint64_t)((logged ? N : N + N) - cached));
     /* Evicted ranges are notified (so libfabric drops their entries) and answer false. */
     ck_assert(wait_notifies((int)s.evictions));
     ck_assert_int_eq(valid(p, page), 0);
@@ -309,7 +331,7 @@ START_TEST(no_notify_after_stop_events_dropped)
     /* A second session works like the first (the pages changed meanwhile: armed again). */
     atomic_store(&stop_returned, 0);
     start_mon();
-    arm_then_subscribe(p, LEN);
+    first_subscribe(p, LEN);
     ck_assert_int_eq(valid(p, LEN), 1);
     ck_assert_uint_eq(stats().starts, 2);
 }
@@ -424,12 +446,50 @@ START_TEST(a_watch_armed_by_another_thread_later_is_not_trusted)
     pthread_t t;
     pthread_create(&t, NULL, subscribe_in_thread, &c);   /* arms p after that */
     pthread_join(t, NULL);
-    ck_assert_int_ne(c.ret, 0);
+    ck_assert_int_ne(c.ret, 0);   /* that thread's first call: no earlier mark of its own */
+    if (changes_logged()) {
+        /* The log shows p unchanged since this thread's last call: cached without the arm. */
+        ck_assert_int_eq(subscribe(p, LEN), 0);
+        ck_assert_uint_eq(stats().ranges, 1);
+        return;
+    }
     uint64_t unarmed = stats().subscribes_unarmed;
     ck_assert_int_ne(subscribe(p, LEN), 0);   /* armed, but after this thread's last call */
     ck_assert_uint_eq(stats().subscribes_unarmed, unarmed + 1);
     ck_assert_int_eq(subscribe(p, LEN), 0);   /* now armed before this thread's last call */
     ck_assert_uint_eq(stats().ranges, 1);
+}
+END_TEST
+
+/* Where the watch cache logs changes (hooks): a range's first registration is cached when no
+ * change touched it since the thread's previous call, changes elsewhere do not matter, and a
+ * change of the range in between, or more changes than the log keeps, refuse it. Elsewhere
+ * (uffd, kmod) no log is kept and the first registration only arms. */
+START_TEST(first_registration_cached_where_changes_are_logged)
+{
+    setup_mon(0);
+    start_mon();
+    char *p = map_buf(4 * LEN);
+    if (!changes_logged()) {
+        uint64_t mark;
+        ck_assert_int_eq(vmt_changes_mark(mon.wcache, &mark), -ENOTSUP);
+        ck_assert_int_ne(subscribe(p, LEN), 0);   /* arms only */
+        ck_assert_uint_eq(stats().subscribes_unarmed, 1);
+        return;
+    }
+    ck_assert_int_eq(valid(p + 3 * LEN, LEN), 0);   /* this thread's previous call */
+    replace_pages(p + LEN, LEN);                    /* another range changes */
+    ck_assert_int_eq(subscribe(p, LEN), 0);         /* cached at once */
+    ck_assert_int_eq(valid(p, LEN), 1);
+    replace_pages(p + 2 * LEN, LEN);                /* between a call and the next pin */
+    ck_assert_int_ne(subscribe(p + 2 * LEN, LEN), 0);
+    ck_assert_uint_eq(stats().subscribes_unarmed, 1);
+    /* More changes since the last call than the log keeps: nothing can be proven. */
+    for (int i = 0; i < 300; i++)
+        replace_pages(p + 3 * LEN, LEN);
+    ck_assert_int_ne(subscribe(p + LEN, LEN), 0);
+    ck_assert_uint_eq(stats().subscribes_logged, 1);
+    ck_assert_uint_eq(stats().subscribes_unarmed, 2);
 }
 END_TEST
 
@@ -470,6 +530,7 @@ static Suite *suite(void)
     tcase_add_test(tc, unmaps_racing_subscribe_and_valid);
     tcase_add_test(tc, pages_replaced_during_registration_are_not_cached);
     tcase_add_test(tc, a_watch_armed_by_another_thread_later_is_not_trusted);
+    tcase_add_test(tc, first_registration_cached_where_changes_are_logged);
     tcase_add_test(tc, ranges_refuse_a_new_watch_for_a_known_range);
     suite_add_tcase(s, tc);
     return s;

@@ -53,10 +53,12 @@ void ofi_print_monitor_stats(void)
     if (!module_stats || module_stats(&s))
         return;
     printf("RESULT monitor starts %llu stops %llu subscribes %llu refused %llu unsubscribes %llu "
-           "(unarmed %llu) valids %llu false %llu events %llu notifies %llu ranges %llu\n",
+           "(unarmed %llu, logged %llu) valids %llu false %llu events %llu notifies %llu "
+           "ranges %llu\n",
            (unsigned long long)s.starts, (unsigned long long)s.stops,
            (unsigned long long)s.subscribes, (unsigned long long)s.subscribes_refused,
            (unsigned long long)s.unsubscribes, (unsigned long long)s.subscribes_unarmed,
+           (unsigned long long)s.subscribes_logged,
            (unsigned long long)s.valids, (unsigned long long)s.valids_false,
            (unsigned long long)s.events, (unsigned long long)s.notifies,
            (unsigned long long)s.ranges);
