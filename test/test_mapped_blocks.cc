@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -178,7 +179,12 @@ START_TEST(never_mapped_while_unmapped)
         }
     };
     std::thread a(checker), b(checker);
-    for (int round = 0; round < 5000; round++) {
+    // Up to 5000 rounds, for at most 60 s: three busy threads on a loaded 2-core machine can
+    // take longer than the case's timeout for all of them, and each round is a whole check.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int rounds = 0;
+    for (int round = 0; round < 5000 && std::chrono::steady_clock::now() < deadline; round++) {
+        rounds++;
         phase.store(4 * round + 2);
         blocks.forget(addr(region), addr(region) + kRegion);
         ck_assert_int_eq(munmap(region, kRegion), 0);
@@ -196,9 +202,10 @@ START_TEST(never_mapped_while_unmapped)
     stop.store(true);
     a.join();
     b.join();
-    printf("never_mapped_while_unmapped: %ld checks while the region was gone, %ld wrong\n",
-           gone_checks.load(), wrong.load());
+    printf("never_mapped_while_unmapped: %d rounds, %ld checks while the region was gone, "
+           "%ld wrong\n", rounds, gone_checks.load(), wrong.load());
     ck_assert_int_eq(wrong.load(), 0);
+    ck_assert_int_ge(rounds, 200);
     ck_assert_int_gt(gone_checks.load(), 0);
     munmap(p, kBlock);
 }
