@@ -4,8 +4,9 @@
  * -lvmtrack-ucx before -lucp/-lucs). Its constructor calls vmt_ucx_init(), which
  *   - learns which UCX runs; under a release it does not know it says so and stays off,
  *   - declares UCM_EVENT_VM_UNMAPPED external (ucm_set_external_event), so UCX's ucm patches
- *     nothing in libc for its caches (and sets UCX_MEM_MMAP_HOOK_MODE to none unless the user
- *     chose a mode),
+ *     nothing more in libc for its caches (it sets ucm's hook mode to none in memory; libc is
+ *     left unpatched only where the process started with UCX_MEM_MMAP_HOOK_MODE=none, since
+ *     libucs's constructor patches before this one runs),
  *   - subscribes to the process-wide vmtrack cache (vmt_subscribe(vmt_shared(), ...)) and hands
  *     every address-space event to UCX with ucm_vm_munmap(),
  *   - with a tracker that only reports ranges it watches (kmod, uffd): on UCX 1.13 wraps every
