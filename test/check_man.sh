@@ -46,6 +46,14 @@ if ! cmp -s "$tmp/listed" "$tmp/present"; then
 	diff "$tmp/listed" "$tmp/present"
 	bad "doc/man/man.mk does not install exactly the pages in doc/man/"
 fi
+# ... and every page is in the packages' expected file lists (scripts/packages checks them)
+while read -r page; do
+	base=${page#doc/man/}
+	grep -q "/share/man/$base.gz\$" "$srcdir/packaging/deb.files" ||
+		bad "$page is not in packaging/deb.files"
+	grep -q "/share/man/$base\$" "$srcdir/packaging/rpm.files" ||
+		bad "$page is not in packaging/rpm.files"
+done <"$tmp/present"
 
 # 3. the sections of each section 3 page, and its references to vmtrack's pages
 for page in "$man_top"/man3/vmt_*.3; do  # vmtrack.3 is the overview
