@@ -1,7 +1,8 @@
 # libvmtrack: the C++17 core behind include/vmtrack.h. One fragment for the whole library:
 #   cache/    the cache (hit, miss, put, retirement, eviction, events, fork)
 #   index/    the range index (B+tree), its type-stable pools, per-thread holds
-#   trackers/ the tracker interface, selection, none/pass, hooks + patch engine, uffd, kmod client
+#   trackers/ the tracker interface, selection, none/pass, hooks + patch engine, uffd, kmod and
+#     bpf (vmtrackd) clients
 #   devices/  the built-in devices: io_uring fixed buffers, RDMA verbs
 #   util/     environment, log, the spinning lock
 lib_LTLIBRARIES += libvmtrack.la
@@ -26,6 +27,7 @@ libvmtrack_la_SOURCES = \
 	common/trackers/hooks_patch.cc common/trackers/hooks_patch.h \
 	common/trackers/uffd.cc \
 	common/trackers/kmod.cc kmod/uapi/vmtrack_kmod.h \
+	common/trackers/bpf.cc bpf/vmtrack_bpf_abi.h \
 	common/devices/iouring.cc common/devices/verbs.cc \
 	common/util/env.cc common/util/env.h \
 	common/util/log.cc common/util/log.h \

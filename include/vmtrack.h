@@ -67,7 +67,7 @@ enum {
 
 struct vmt_cache_opts {
     size_t      sz;
-    const char *tracker;      /* "auto" (NULL too), "kmod", "hooks", "uffd", "none" (manual) */
+    const char *tracker;      /* "auto" (NULL too), "kmod", "bpf", "hooks", "uffd", "none" (manual) */
     size_t      max_entries;  /* 0: default; ranges cached (up to 64 evicted may wait to go) */
     size_t      max_bytes;    /* 0: default (derived from RLIMIT_MEMLOCK and device limits) */
     unsigned    flags;        /* VMT_CACHE_* */
@@ -90,8 +90,8 @@ void vmt_cache_destroy(struct vmt_cache *cache);
  * understand; else as vmt_cache_create). Never destroyed by callers. */
 struct vmt_cache *vmt_shared(void);
 
-/* Name of the tracker actually in use: "kmod", "hooks", "uffd" or "none"; since 0.1 also "pass"
- * when "auto" found no tracker: every vmt_get registers and every last vmt_put deregisters,
+/* Name of the tracker actually in use: "kmod", "bpf", "hooks", "uffd" or "none"; since 0.1
+ * also "pass" when "auto" found no tracker: every vmt_get registers and every last vmt_put deregisters,
  * nothing is cached, so nothing can be stale. NULL if cache is NULL. */
 const char *vmt_cache_tracker(const struct vmt_cache *cache);
 

@@ -14,7 +14,7 @@
 #include "scenarios/scenario.h"
 
 /* In the order "auto" prefers them; "none" only when asked for by name (it claims nothing). */
-static const char *const kTrackers[] = {"kmod", "hooks", "uffd", "pass"};
+static const char *const kTrackers[] = {"kmod", "bpf", "hooks", "uffd", "pass"};
 #define NTRACKERS (sizeof(kTrackers) / sizeof(kTrackers[0]))
 #define MAXSEL 8
 
@@ -24,7 +24,7 @@ static void usage(FILE *f)
             "usage: vmtrack check [--tracker NAME]... [--scenario NAME]... [--timeout SEC]\n"
             "                     [--stress[=MS]] [--json] [--list] [--verbose]\n"
             "Runs each scenario in a forked child, on a real io_uring fixed-buffer device, for\n"
-            "every tracker available here (kmod, hooks, uffd, pass; \"none\" only by name).\n"
+            "every tracker available here (kmod, bpf, hooks, uffd, pass; \"none\" only by name).\n"
             "--stress adds the concurrency stress (MS per tracker, default 2000) as a row.\n"
             "Exit status: 0 when no tracker failed a scenario it claims to cover, 1 otherwise,\n"
             "2 on bad usage, 3 when no tracker could be run at all.\n");
@@ -47,7 +47,7 @@ static void json_str(FILE *f, const char *s)
 
 static int known_tracker(const char *t)
 {
-    static const char *const all[] = {"kmod", "hooks", "uffd", "pass", "none"};
+    static const char *const all[] = {"kmod", "bpf", "hooks", "uffd", "pass", "none"};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (!strcmp(all[i], t))
             return 1;
@@ -82,7 +82,7 @@ static int parse_valued(struct check_run *r, const char *a, const char *val)
 {
     if (!strcmp(a, "--tracker")) {
         if (!known_tracker(val)) {
-            fprintf(stderr, "vmtrack check: unknown tracker '%s' (kmod, hooks, uffd, pass, none)\n",
+            fprintf(stderr, "vmtrack check: unknown tracker '%s' (kmod, bpf, hooks, uffd, pass, none)\n",
                     val);
             return 2;
         }

@@ -10,6 +10,7 @@ namespace vmt {
 
 const TrackerKind kAutoTrackers[] = {
     {"kmod", kmod_tracker_probe, kmod_tracker_create},
+    {"bpf", bpf_tracker_probe, bpf_tracker_create},
     {"hooks", hooks_tracker_probe, hooks_tracker_create},
     {"uffd", uffd_tracker_probe, uffd_tracker_create},
 };
@@ -57,7 +58,7 @@ int select_tracker(const char *name, TrackerSink *sink, std::unique_ptr<Tracker>
             return rc;
     }
     if (!automatic) {
-        *report = std::string("unknown tracker \"") + name + "\" (auto, kmod, hooks, uffd, none, pass)\n";
+        *report = std::string("unknown tracker \"") + name + "\" (auto, kmod, bpf, hooks, uffd, none, pass)\n";
         return -EINVAL;
     }
     *report += "pass: in use: no tracker is available, so nothing is cached (every vmt_get "

@@ -5,7 +5,7 @@
 
 namespace vmt {
 
-// Creates the tracker called `name` ("auto"/NULL: kmod, hooks, uffd, else pass). *report gets
+// Creates the tracker called `name` ("auto"/NULL: kmod, bpf, hooks, uffd, else pass). *report gets
 // one line per tracker considered: "name: in use", "name: unavailable: why", ...
 // 0, -EINVAL (unknown name), or the named tracker's error.
 int select_tracker(const char *name, TrackerSink *sink, std::unique_ptr<Tracker> *out,

@@ -118,7 +118,7 @@ struct TrackerKind {
     TrackerFactory create;
 };
 
-// In the order "auto" tries them: kmod, hooks, uffd. Defined in trackers/select.cc.
+// In the order "auto" tries them: kmod, bpf, hooks, uffd. Defined in trackers/select.cc.
 extern const TrackerKind kAutoTrackers[];
 extern const size_t kAutoTrackerCount;
 
@@ -147,6 +147,8 @@ int uffd_tracker_probe(std::string *why);
 int uffd_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 int kmod_tracker_probe(std::string *why);
 int kmod_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
+int bpf_tracker_probe(std::string *why);
+int bpf_tracker_create(TrackerSink *sink, std::unique_ptr<Tracker> *out, std::string *why);
 
 }  // namespace vmt
 

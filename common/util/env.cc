@@ -102,7 +102,7 @@ int env_parse(EnvConfig *cfg, std::string *error)
 {
     const char *v;
     if ((v = getenv("VMTRACK_TRACKER")) && *v) {
-        static const char *const names[] = {"auto", "kmod", "hooks", "uffd", "none", "pass"};
+        static const char *const names[] = {"auto", "kmod", "bpf", "hooks", "uffd", "none", "pass"};
         bool ok = false;
         for (const char *n : names)
             ok |= strcmp(n, v) == 0;

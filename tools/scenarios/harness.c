@@ -57,8 +57,8 @@ int scn_vmtrack_claims(const char *tracker, const char *scenario)
         return strcmp(scenario, "raw-syscall-munmap") != 0 && !through_file;
     if (!strcmp(tracker, "uffd"))
         return !through_file;
-    /* kmod, pass (caches nothing): every scenario */
-    return !strcmp(tracker, "kmod") || !strcmp(tracker, "pass");
+    /* kmod, bpf (the kernel's own paths), pass (caches nothing): every scenario */
+    return !strcmp(tracker, "kmod") || !strcmp(tracker, "bpf") || !strcmp(tracker, "pass");
 }
 
 static long elapsed_ms(const struct timespec *t0)
