@@ -29,3 +29,23 @@ bpf/vmtrackd.service: $(top_srcdir)/bpf/vmtrackd.service.in
 CLEANFILES += bpf/vmtrackd.service
 endif
 
+# Its tests (test/bpf/): they need a running vmtrackd, so `make check` on the host skips them
+# (exit 77) and `make check-bpf-vm` runs them in the guest (test/bpf/check-bpf.sh).
+EXTRA_DIST += test/bpf/check-bpf.sh test/bpf/daemon.sh
+check_PROGRAMS += test/bpf/test_bpf_tracker test/bpf/bpf_daemon_hostile test/bpf/bpf_bench
+TESTS += test/bpf/test_bpf_tracker test/bpf/bpf_daemon_hostile
+test_bpf_test_bpf_tracker_SOURCES = test/bpf/test_bpf_tracker.c
+test_bpf_test_bpf_tracker_CFLAGS = $(TEST_CFLAGS) $(URING_CFLAGS)
+test_bpf_test_bpf_tracker_LDADD = $(TEST_LDADD) $(URING_LIBS)
+test_bpf_bpf_daemon_hostile_SOURCES = test/bpf/bpf_daemon_hostile.c bpf/vmtrack_bpf_abi.h
+test_bpf_bpf_bench_SOURCES = test/bpf/bpf_bench.c
+test_bpf_bpf_bench_LDADD = libvmtrack.la
+
+BPF_GUEST_BINARIES = test/bpf/test_bpf_tracker$(EXEEXT) test/bpf/bpf_daemon_hostile$(EXEEXT) \
+	test/bpf/bpf_bench$(EXEEXT) vmtrack$(EXEEXT)
+if HAVE_BPF
+BPF_GUEST_BINARIES += vmtrackd$(EXEEXT)
+endif
+check-bpf-vm: $(BPF_GUEST_BINARIES)
+	$(VM_RUN) --no-kmod --timeout $(VM_TIMEOUT) --share $(abs_top_builddir) -- \
+	  $(SHELL) $(abs_top_srcdir)/test/bpf/check-bpf.sh $(abs_top_builddir) $(abs_top_srcdir)

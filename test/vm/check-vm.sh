@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs inside the guest (make check-vm -> test/vm/run): the module's own tests, the scenario
-# suite with the kmod tracker, and the figures. Exit 1 if any test failed.
+# suite with the kmod tracker, the bpf tracker's tests, and the figures. Exit 1 if any test failed.
 # Usage: check-vm.sh BUILDDIR SRCDIR
 set -u
 b=${1:?builddir}
@@ -36,6 +36,10 @@ if [ -x "$b/vmtrack" ]; then
 else
 	echo "SKIP: vmtrack check --tracker kmod ($b/vmtrack not built)"
 fi
+# The bpf tracker on this kernel (skipped, saying why, where vmtrackd cannot run); its figures
+# only in make check-bpf-vm.
+step "bpf tracker (test/bpf/check-bpf.sh)" \
+	env VMT_BPF_FIGURES="${VMT_BPF_FIGURES:-0}" bash "$s/test/bpf/check-bpf.sh" "$b" "$s"
 echo "=== figures (not pass/fail)"
 "$b/bench/kmod_bench" 100000 || failed+=("kmod_bench")
 # vmtrack bench takes minutes under TCG: only when asked (VMT_VM_BENCH=1 make check-vm).

@@ -19,7 +19,7 @@ VM_RUN = $(top_srcdir)/test/vm/run
 VM_TIMEOUT = 540
 
 VM_GUEST_BINARIES = test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
-	test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT)
+	test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) $(BPF_GUEST_BINARIES)
 
 check-vm: kmod $(VM_GUEST_BINARIES) test/test_verbs$(EXEEXT)
 	$(VM_RUN) --timeout $(VM_TIMEOUT) --kmod $(KMOD_KO) --share $(abs_top_builddir) -- \

@@ -1,0 +1,512 @@
+/* The bpf tracker's contract through the public API (a fake device): a hit while nothing
+ * changed, no hit once the kernel changed the pages, whatever asked for the change (munmap,
+ * raw munmap, MAP_FIXED, madvise DONTNEED and REMOVE, a memfd hole punch, io_uring's MADVISE,
+ * mremap move and shrink, a COW copy after fork), hits across mprotect and an unrelated
+ * munmap, changes drained into invalidations and subscribers, fork, registrations racing a
+ * zap, and (when the guest script gives the commands) a daemon restart and crash.
+ * Needs vmtrackd (run by test/bpf/check-bpf.sh in the guest); skipped (exit 77) without it. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vmtrack.h>
+
+#include "../lib/vmt_test.h"
+
+static char *map_at(void *addr, size_t len)
+{
+	char *p = map_anon_at(addr, len);
+
+	memset(p, 7, len);
+	return p;
+}
+
+static char *map_memfd(size_t len, int *fd)
+{
+	char *p;
+
+	*fd = memfd_create("vmt-bpf", MFD_CLOEXEC);
+	ck_assert_int_ge(*fd, 0);
+	ck_assert_int_eq(ftruncate(*fd, (off_t)len), 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	memset(p, 7, len);
+	return p;
+}
+
+static void get_put(struct fixture *f, void *addr, size_t len)
+{
+	struct vmt_reg *r;
+	int rc = vmt_get(f->dev, addr, len, VMT_ACCESS_READ, &r);
+
+	ck_assert_msg(rc == 0, "vmt_get: %s", strerror(-rc));
+	vmt_put(r);
+}
+
+START_TEST(report_names_bpf)
+{
+	struct fixture f;
+	char buf[4096];
+
+	fixture_open(&f, "bpf", 0);
+	ck_assert_int_gt(vmt_cache_tracker_report(f.cache, buf, sizeof(buf)), 0);
+	ck_assert_msg(strstr(buf, "bpf: in use") && strstr(buf, "serving this process"),
+		      "report: %s", buf);
+	fixture_close(&f);
+}
+END_TEST
+
+static void io_uring_madvise(void *addr, size_t len)
+{
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+
+	ck_assert_int_eq(io_uring_queue_init(2, &ring, 0), 0);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_madvise(sqe, addr, (off_t)len, MADV_DONTNEED);
+	ck_assert_int_eq(io_uring_submit(&ring), 1);
+	ck_assert_int_eq(io_uring_wait_cqe(&ring, &cqe), 0);
+	ck_assert_msg(cqe->res == 0, "IORING_OP_MADVISE: %s", strerror(-cqe->res));
+	io_uring_cqe_seen(&ring, cqe);
+	io_uring_queue_exit(&ring);
+}
+
+/* The parent writes to its pages while a child still shares them: each write copies. */
+static void cow_after_fork(char *buf)
+{
+	int go[2];
+	pid_t pid;
+	char c;
+	int st;
+
+	ck_assert_int_eq(pipe(go), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(go[1]);
+		_exit(read(go[0], &c, 1) == 1 ? 0 : 1);
+	}
+	close(go[0]);
+	buf[page] = 9;	/* the copy happens here, in the parent */
+	ck_assert_int_eq(write(go[1], "x", 1), 1);
+	close(go[1]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+}
+
+enum change {
+	CH_MUNMAP, CH_RAW_MUNMAP, CH_MAP_FIXED, CH_DONTNEED, CH_REMOVE, CH_PUNCH_HOLE,
+	CH_IOURING_MADVISE, CH_MREMAP_MOVE, CH_MREMAP_SHRINK, CH_COW, CH_COUNT
+};
+static const char *const change_name[CH_COUNT] = {
+	"munmap", "raw munmap", "MAP_FIXED", "madvise DONTNEED", "madvise REMOVE",
+	"memfd hole punch", "io_uring MADVISE", "mremap move", "mremap shrink", "COW after fork",
+};
+
+/* Apply change `how` to the cached [buf, buf+len) (memfd-backed for REMOVE and hole punch);
+ * leaves something mapped at buf again. */
+static void apply(enum change how, char *buf, size_t len, int fd)
+{
+	char *p;
+
+	switch (how) {
+	case CH_MUNMAP:
+		munmap(buf, len);
+		map_at(buf, len);
+		break;
+	case CH_RAW_MUNMAP:
+		ck_assert_int_eq(syscall(SYS_munmap, buf, len), 0);
+		map_at(buf, len);
+		break;
+	case CH_MAP_FIXED:
+		ck_assert_ptr_eq(mmap(buf + 2 * page, page, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), buf + 2 * page);
+		break;
+	case CH_DONTNEED:
+		ck_assert_int_eq(madvise(buf + page, page, MADV_DONTNEED), 0);
+		break;
+	case CH_REMOVE:
+		ck_assert_int_eq(madvise(buf + page, page, MADV_REMOVE), 0);
+		break;
+	case CH_PUNCH_HOLE:
+		ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					   (off_t)page, (off_t)page), 0);
+		break;
+	case CH_IOURING_MADVISE:
+		io_uring_madvise(buf + page, page);
+		break;
+	case CH_MREMAP_MOVE:
+		p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ck_assert_ptr_ne(p, MAP_FAILED);
+		ck_assert_ptr_eq(mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p), p);
+		munmap(p, len);
+		map_at(buf, len);
+		break;
+	case CH_MREMAP_SHRINK:
+		ck_assert_ptr_eq(mremap(buf, len, len - page, 0), buf);
+		map_at(buf + len - page, page);
+		break;
+	case CH_COW:
+		cow_after_fork(buf);
+		break;
+	default:
+		ck_abort();
+	}
+}
+
+/* Each change kind: the word alone makes the next get a miss (no flush, no event read). */
+START_TEST(hit_until_changed)
+{
+	enum change how = (enum change)_i;
+	struct fixture f;
+	size_t len = 4 * page;
+	int fd = -1;
+	char *buf;
+
+	fixture_open(&f, "bpf", 0);
+	buf = how == CH_REMOVE || how == CH_PUNCH_HOLE ? map_memfd(len, &fd) : map_at(NULL, len);
+	get_put(&f, buf, len);
+	get_put(&f, buf + page, page);	/* a hit */
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
+	apply(how, buf, len, fd);
+	get_put(&f, buf, how == CH_MREMAP_SHRINK ? len - page : len);
+	ck_assert_msg(stats_of(f.cache).registrations == 2, "%s: still a hit (registrations %llu)",
+		      change_name[how], (unsigned long long)stats_of(f.cache).registrations);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);
+	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
+	munmap(buf, len);
+	if (fd >= 0)
+		close(fd);
+	fixture_close(&f);
+}
+END_TEST
+
+/* Changes that leave the pages as they were, or touch other pages: still hits. */
+START_TEST(unrelated_changes_keep_hits)
+{
+	struct fixture f;
+	size_t len = 4 * page;
+	char *buf, *other;
+
+	fixture_open(&f, "bpf", 0);
+	buf = map_at(NULL, len);
+	other = map_at(NULL, len);
+	get_put(&f, buf, len);
+	ck_assert_int_eq(mprotect(buf, len, PROT_READ), 0);
+	ck_assert_int_eq(mprotect(buf, len, PROT_READ | PROT_WRITE), 0);
+	munmap(other, len);
+	ck_assert_int_eq(syscall(SYS_munmap, map_at(NULL, len), len), 0);
+	ck_assert_int_eq(madvise(buf, len, MADV_WILLNEED), 0);
+	get_put(&f, buf, len);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
+	ck_assert_uint_eq(stats_of(f.cache).invalidations, 0);
+	munmap(buf, len);
+	fixture_close(&f);
+}
+END_TEST
+
+static atomic_long heard;
+static void on_event(void *arg, const void *addr, size_t len)
+{
+	(void)arg;
+	(void)addr;
+	(void)len;
+	atomic_fetch_add(&heard, 1);
+}
+
+START_TEST(changes_reach_index_and_subscribers)
+{
+	struct fixture f;
+	char *buf;
+
+	fixture_open(&f, "bpf", 0);
+	ck_assert_int_eq(vmt_subscribe(f.cache, on_event, NULL), 0);
+	buf = map_at(NULL, 4 * page);
+	get_put(&f, buf, 4 * page);
+	ck_assert_uint_eq(stats_of(f.cache).entries, 1);
+	munmap(buf + page, page);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* the poll reads the changed word */
+	ck_assert_uint_eq(stats_of(f.cache).entries, 0);
+	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
+	ck_assert_int_ge(atomic_load(&heard), 1);
+	ck_assert_int_eq(vmt_unsubscribe(f.cache, on_event, NULL), 0);
+	munmap(buf, 4 * page);
+	fixture_close(&f);
+}
+END_TEST
+
+START_TEST(fork_child_tracks_itself)
+{
+	struct fixture f;
+	char *buf;
+	pid_t pid;
+	int st;
+
+	fixture_open(&f, "bpf", 0);
+	buf = map_at(NULL, 4 * page);
+	get_put(&f, buf, 4 * page);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct fake_device mine;
+		struct vmt_device *d;
+		struct vmt_reg *r;
+
+		fake_init(&mine, 0);
+		if (vmt_device_attach(f.cache, &mine.ops, &mine, &d))
+			_exit(10);
+		if (strcmp(vmt_cache_tracker(f.cache), "bpf"))
+			_exit(11);
+		if (vmt_get(d, buf, 4 * page, VMT_ACCESS_READ, &r))
+			_exit(12);
+		vmt_put(r);
+		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || atomic_load(&mine.regs) != 1)
+			_exit(13);	/* the child caches too */
+		vmt_put(r);
+		munmap(buf, 4 * page);	/* the child's change, seen by the child's maps */
+		map_at(buf, 4 * page);
+		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || atomic_load(&mine.regs) != 2)
+			_exit(14);
+		vmt_put(r);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	get_put(&f, buf, 4 * page);	/* the child's munmap was not the parent's */
+	ck_assert_int_eq(atomic_load(&f.fake.regs), 1);
+	munmap(buf, 4 * page);
+	map_at(buf, 4 * page);
+	get_put(&f, buf, 4 * page);
+	ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
+	munmap(buf, 4 * page);
+	fixture_close(&f);
+}
+END_TEST
+
+/* The slots run out: more ranges are served uncached, never refused. */
+START_TEST(limit_serves_uncached)
+{
+	enum { N = 520 };
+	struct fixture f;
+	char *buf;
+	int i;
+
+	fixture_open(&f, "bpf", 0);
+	buf = map_at(NULL, 2 * N * page);
+	for (i = 0; i < N; i++)	/* every other page: no merging */
+		get_put(&f, buf + 2 * i * page, page);
+	ck_assert_uint_le(stats_of(f.cache).entries, 512);
+	ck_assert_uint_ge(stats_of(f.cache).uncached, N - 512);
+	munmap(buf, 2 * N * page);
+	ck_assert_int_eq(vmt_flush(f.cache), 0);
+	fixture_close(&f);
+}
+END_TEST
+
+/* Registrations racing a zap of their pages: a device whose registrations take a while,
+ * threads registering the range while the main thread drops its pages. A registration
+ * whose device call started before the madvise began must never be hit after it returned:
+ * its watch was set before that call, so either the entry program bumped it, or its check
+ * after registering saw the bump (or the exit program's). */
+struct serial_dev {
+	atomic_long started;
+};
+
+struct serial_reg {
+	long serial;
+};
+
+static int serial_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
+{
+	struct serial_dev *d = ctx;
+	struct serial_reg *r = malloc(sizeof(*r));
+
+	(void)addr;
+	(void)len;
+	(void)access;
+	if (!r)
+		return -ENOMEM;
+	r->serial = atomic_fetch_add(&d->started, 1) + 1;
+	usleep(50);
+	*handle = r;
+	return 0;
+}
+
+static void serial_dereg(void *ctx, void *handle)
+{
+	(void)ctx;
+	free(handle);
+}
+
+struct racer {
+	struct vmt_device *dev;
+	char *buf;
+	size_t len;
+	atomic_int stop;
+};
+
+static void *register_loop(void *arg)
+{
+	struct racer *rc = arg;
+	struct vmt_reg *r;
+
+	while (!atomic_load(&rc->stop))
+		if (vmt_get(rc->dev, rc->buf, rc->len, VMT_ACCESS_READ, &r) == 0)
+			vmt_put(r);
+	return NULL;
+}
+
+START_TEST(registrations_racing_a_zap)
+{
+	struct serial_dev sd = {0};
+	struct vmt_device_ops ops;
+	struct vmt_cache_opts cfg;
+	struct vmt_cache *c;
+	struct racer rc = {0};
+	pthread_t th[2];
+	int i, stale = 0;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.sz = sizeof(cfg);
+	cfg.tracker = "bpf";
+	ck_assert_int_eq(vmt_cache_create(&cfg, &c), 0);
+	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
+	ck_assert_int_eq(vmt_device_attach(c, &ops, &sd, &rc.dev), 0);
+	rc.len = 4 * page;
+	rc.buf = map_at(NULL, rc.len);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, &rc), 0);
+	for (i = 0; i < 2000; i++) {
+		long before = atomic_load(&sd.started);
+		struct vmt_reg *r;
+
+		ck_assert_int_eq(madvise(rc.buf, rc.len, MADV_DONTNEED), 0);
+		ck_assert_int_eq(vmt_get(rc.dev, rc.buf, rc.len, VMT_ACCESS_READ, &r), 0);
+		if (((struct serial_reg *)vmt_reg_handle(r))->serial <= before)
+			stale++;
+		vmt_put(r);
+	}
+	atomic_store(&rc.stop, 1);
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	printf("registrations_racing_a_zap: %ld registrations, %d stale hits\n",
+	       atomic_load(&sd.started), stale);
+	ck_assert_int_eq(stale, 0);
+	vmt_device_detach(rc.dev);
+	vmt_cache_destroy(c);
+	munmap(rc.buf, rc.len);
+}
+END_TEST
+
+/* The guest script's command (VMT_BPF_RESTART / VMT_BPF_CRASH) run between two gets. */
+static int run_daemon_cmd(const char *var)
+{
+	const char *cmd = getenv(var);
+
+	if (!cmd || !*cmd)
+		return 0;
+	ck_assert_msg(system(cmd) == 0, "%s: %s failed", var, cmd);
+	return 1;
+}
+
+/* A daemon restart lets this process go: what it cached is treated as changed, new ranges
+ * are served uncached, and a new cache is served by the new daemon. */
+START_TEST(daemon_restart_is_a_change)
+{
+	struct fixture f, g;
+	char *buf = map_at(NULL, 4 * page);
+	struct vmt_stats s;
+
+	fixture_open(&f, "bpf", 0);
+	get_put(&f, buf, 4 * page);
+	if (!run_daemon_cmd("VMT_BPF_RESTART")) {
+		printf("daemon_restart_is_a_change: VMT_BPF_RESTART not set: not checked\n");
+		fixture_close(&f);
+		return;
+	}
+	get_put(&f, buf, 4 * page);
+	s = stats_of(f.cache);
+	ck_assert_msg(s.registrations == 2, "a hit after the daemon restarted");
+	ck_assert_uint_ge(s.uncached, 1);
+	fixture_open(&g, "bpf", 0);
+	get_put(&g, buf, 4 * page);
+	get_put(&g, buf, 4 * page);
+	ck_assert_uint_eq(stats_of(g.cache).registrations, 1);
+	munmap(buf, page);
+	map_at(buf, page);
+	get_put(&g, buf, 4 * page);
+	ck_assert_uint_eq(stats_of(g.cache).registrations, 2);
+	fixture_close(&g);
+	fixture_close(&f);
+	munmap(buf, 4 * page);
+}
+END_TEST
+
+/* A daemon killed outright: its pinned programs go on tracking; the next one lets go. */
+START_TEST(daemon_crash_keeps_tracking)
+{
+	struct fixture f;
+	char *buf = map_at(NULL, 4 * page);
+
+	fixture_open(&f, "bpf", 0);
+	get_put(&f, buf, 4 * page);
+	if (!run_daemon_cmd("VMT_BPF_CRASH")) {
+		printf("daemon_crash_keeps_tracking: VMT_BPF_CRASH not set: not checked\n");
+		fixture_close(&f);
+		return;
+	}
+	get_put(&f, buf, 4 * page);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);	/* still tracked: a hit */
+	munmap(buf, page);
+	map_at(buf, page);
+	get_put(&f, buf, 4 * page);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);	/* the change was seen */
+	run_daemon_cmd("VMT_BPF_START");
+	get_put(&f, buf, 4 * page);	/* the new daemon let this process go */
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
+	fixture_close(&f);
+	munmap(buf, 4 * page);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("bpf tracker");
+	TCase *tc = tcase_create("bpf");
+	TCase *daemon = tcase_create("daemon");
+	int rc = skip_unless_tracker("test_bpf_tracker", "bpf");
+
+	if (rc)
+		return rc;
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, report_names_bpf);
+	tcase_add_loop_test(tc, hit_until_changed, 0, CH_COUNT);
+	tcase_add_test(tc, unrelated_changes_keep_hits);
+	tcase_add_test(tc, changes_reach_index_and_subscribers);
+	tcase_add_test(tc, fork_child_tracks_itself);
+	tcase_add_test(tc, limit_serves_uncached);
+	tcase_add_test(tc, registrations_racing_a_zap);
+	suite_add_tcase(s, tc);
+	/* last: they stop the daemon */
+	tcase_set_timeout(daemon, 240);
+	tcase_add_test(daemon, daemon_restart_is_a_change);
+	tcase_add_test(daemon, daemon_crash_keeps_tracking);
+	suite_add_tcase(s, daemon);
+	rc = check_run(s, CK_FORK);
+	printf("%s: test_bpf_tracker\n", rc ? "FAIL" : "PASS");
+	return rc ? 1 : 0;
+}
