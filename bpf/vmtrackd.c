@@ -714,8 +714,11 @@ int main(int argc, char **argv)
 	}
 	mkdir(VMTRACK_BPF_RUNDIR, 0755);
 	lock = open(VMTRACK_BPF_RUNDIR "/vmtrackd.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0)
-		return refuse("another vmtrackd runs (" VMTRACK_BPF_RUNDIR "/vmtrackd.lock)");
+	if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
+		/* not written where clients read why no daemon serves them: one does */
+		say("not started: another vmtrackd runs (" VMTRACK_BPF_RUNDIR "/vmtrackd.lock)");
+		return 1;
+	}
 	if (mount_bpffs() || load_programs(&h))
 		return 1;
 	n = release_all();
