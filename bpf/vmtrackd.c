@@ -55,6 +55,7 @@ struct client {
 	uid_t uid;
 	pid_t pid;
 	bool served;
+	int over_quota;  /* refuse with this errno once its hello is read */
 	time_t deadline; /* for the hello */
 	struct vmtrack_bpf_key key;
 };
@@ -409,8 +410,14 @@ static int users_clients(uid_t uid)
 
 static void drop(struct client *c)
 {
+	char b[64];
+
 	if (c->served)
 		release_client(&c->key);
+	/* closing with unread data would make the client's next read ECONNRESET, before the
+	 * reply it has yet to read */
+	while (recv(c->sock, b, sizeof(b), MSG_DONTWAIT) > 0)
+		;
 	close(c->sock);
 	if (c->pidfd >= 0)
 		close(c->pidfd);
@@ -456,7 +463,7 @@ static void accept_client(int lsock)
 	c->pid = cr.pid;
 	c->deadline = time(NULL) + HELLO_TIMEOUT_S;
 	if (users_clients(cr.uid) > opt.max_per_user)
-		refuse_client(c, EDQUOT, "this user has its maximum of clients (--max-per-user)");
+		c->over_quota = EDQUOT; /* answered after its hello, which it may be sending */
 }
 
 /* Read the hello; any fds sent along are closed. 0, or a refusal given to the client. */
@@ -576,7 +583,11 @@ static void on_client_event(struct client *c, short sock_ev, short pid_ev)
 			drop(c); /* hung up */
 		return;
 	}
-	if (read_hello(c) == 0)
+	if (read_hello(c) != 0)
+		return;
+	if (c->over_quota)
+		refuse_client(c, c->over_quota, "this user has its maximum of clients (--max-per-user)");
+	else
 		serve(c);
 }
 
