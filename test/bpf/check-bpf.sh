@@ -12,15 +12,17 @@ d="$s/test/bpf/daemon.sh"
 failed=()
 
 step() {
-	local name=$1 rc
+	local name=$1 rc t0
 	shift
 	echo "=== $name"
+	t0=$(date +%s)
 	"$@"
 	rc=$?
+	t0="$(( $(date +%s) - t0 )) s"
 	case $rc in
-	0) echo "PASS: $name" ;;
-	77) echo "SKIP: $name" ;;
-	*) echo "FAIL: $name (exit $rc)"; failed+=("$name") ;;
+	0) echo "PASS: $name ($t0)" ;;
+	77) echo "SKIP: $name ($t0)" ;;
+	*) echo "FAIL: $name (exit $rc, $t0)"; failed+=("$name") ;;
 	esac
 }
 

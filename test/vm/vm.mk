@@ -16,7 +16,8 @@ test_kmod_test_kmod_tracker_CFLAGS = $(TEST_CFLAGS)
 test_kmod_test_kmod_tracker_LDADD = $(TEST_LDADD)
 
 VM_RUN = $(top_srcdir)/test/vm/run
-VM_TIMEOUT = 540
+# check-vm.sh runs the bpf tracker's tests too (test/bpf/check-bpf.sh, a few minutes)
+VM_TIMEOUT = 900
 
 VM_GUEST_BINARIES = test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
 	test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) $(BPF_GUEST_BINARIES)
