@@ -32,6 +32,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -210,6 +211,15 @@ static int mount_bpffs(void)
 	return 0;
 }
 
+static bool kernel_older_than(int major, int minor)
+{
+	struct utsname u;
+	int ma = 0, mi = 0;
+
+	return uname(&u) == 0 && sscanf(u.release, "%d.%d", &ma, &mi) == 2 &&
+	       (ma < major || (ma == major && mi < minor));
+}
+
 static int load_programs(const struct hooks *h)
 {
 	LIBBPF_OPTS(bpf_object_open_opts, oo, .pin_root_path = opt.pin_dir);
@@ -238,6 +248,9 @@ static int load_programs(const struct hooks *h)
 	err = vmtrack_bpf__load(skel);
 	close(tr);
 	close(tw);
+	if (err && kernel_older_than(5, 12))
+		return refuse("the kernel refused the programs (%s): they need Linux 5.12 or newer "
+			      "(BPF functions with pointer arguments)", strerror(-err));
 	if (err)
 		return refuse("the kernel refused the programs (%s; libbpf's messages above)",
 			      strerror(-err));

@@ -37,7 +37,15 @@ if ! "$b/vmtrackd" --check; then
 fi
 t0=$(date +%s)
 rm -f /tmp/vmtrackd-guest.log
-"$d" start "$b" || { echo "FAIL: vmtrackd did not start"; exit 1; }
+if ! "$d" start "$b"; then
+	# Before 5.12 the verifier refuses the programs (vmtrackd says so): a skip there only.
+	if [ "$(printf '%s\n5.12\n' "$(uname -r | cut -d- -f1)" | sort -V | head -1)" != 5.12 ]; then
+		echo "SKIP: bpf tracker: vmtrackd refuses this kernel ($(uname -r)): $(cat /run/vmtrack/vmtrackd.why 2>/dev/null)"
+		exit 77
+	fi
+	echo "FAIL: vmtrackd did not start"
+	exit 1
+fi
 echo "vmtrackd up in $(( $(date +%s) - t0 )) s"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 step "bpf tracker contract (as nobody)" \
