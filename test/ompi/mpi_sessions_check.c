@@ -5,9 +5,6 @@
  * stays loaded. Each cycle checks: every entry Open MPI's patcher would patch jumps into
  * libvmtrack (during the session and after it ended), a 4 MiB message whose buffer was
  * unmapped and mapped again arrives intact, an Allreduce sums the ranks.
- * The process keeps its PMIx connection to mpirun across the cycles (hold_pmix_connection):
- * Open MPI 5.0's instance finalize does its own last PMIx_Finalize otherwise, and the next
- * cycle's fences then race mpirun's handling of the closed connection.
  * Exit status: 0 all right, 1 a check failed, 77 no MPI Sessions (Open MPI 4.1). */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -44,51 +41,6 @@ static void check_entries(int rank, int cycle, const char *when)
     } else {
         dlclose(libc);
     }
-}
-
-/* Open MPI 5.0.7 with PMIx 5.0 (its mpirun the PMIx server): MPI_Session_finalize has no
- * barrier and ends with PMIx_Finalize, which closes the rank's connection to mpirun. mpirun
- * counts a closed connection against every fence naming that rank, so when it reads the close
- * after the other rank already entered the next cycle's modex fence, that fence completes
- * without this rank: the other rank then attaches this rank's btl sm segment before it exists
- * ("open(2) ... No such file or directory", "unable to reach each other", btl tcp finding no
- * interface pairing here) or waits forever in the next fence. Open MPI alone (no vmtrack) does
- * the same under load. Taking one more PMIx reference while each session is open makes
- * Open MPI's PMIx_Finalize drop only that one, so the connection (and the fence accounting)
- * outlives the cycles; MPI's own instance is still finalized, its frameworks (rcache with
- * vmtrack's component) closed and reopened every cycle. Open MPI skips PMIx_Init when PMIx is
- * already initialized, so the references are counted by PMIx itself, and released at exit
- * until PMIx says it is finalized. */
-typedef int (*pmix_init_fn)(void *proc, void *info, size_t ninfo);
-typedef int (*pmix_finalize_fn)(const void *info, size_t ninfo);
-typedef int (*pmix_initialized_fn)(void);
-
-static void *pmix_symbol(const char *name)
-{
-    void *lib = dlopen("libpmix.so.2", RTLD_NOW | RTLD_NOLOAD);
-    void *sym = lib ? dlsym(lib, name) : NULL;
-    if (lib)
-        dlclose(lib);   /* libmpi keeps it loaded */
-    return sym;
-}
-
-static int hold_pmix_connection(void)
-{
-    pmix_init_fn init = (pmix_init_fn) pmix_symbol("PMIx_Init");
-    if (!init || 0 != init(NULL, NULL, 0)) {
-        fprintf(stderr, "FAIL: no PMIx reference could be taken (libpmix.so.2: %s)\n",
-                init ? "PMIx_Init failed" : "not loaded");
-        return -1;
-    }
-    return 0;
-}
-
-static void release_pmix_connection(void)
-{
-    pmix_finalize_fn fin = (pmix_finalize_fn) pmix_symbol("PMIx_Finalize");
-    pmix_initialized_fn initialized = (pmix_initialized_fn) pmix_symbol("PMIx_Initialized");
-    while (fin && initialized && initialized())
-        fin(NULL, 0);
 }
 
 /* rank 0 sends 4 MiB from a buffer mapped anew, rank 1 checks every byte: bad bytes */
@@ -131,8 +83,6 @@ static int cycle_once(int cycle)
                 cycle);
         return -1;
     }
-    if (hold_pmix_connection())
-        return -1;
     int rank, size, one = 1, sum = 0;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -160,7 +110,6 @@ int main(void)
         if (rank < 0)
             return 1;
     }
-    release_pmix_connection();
     printf("rank %d: %d session cycles, %s\n", rank, CYCLES, failures ? "FAILED" : "all right");
     return failures ? 1 : 0;
 }
