@@ -218,6 +218,15 @@ static int failures;
 struct figures { double hit, cached, plain; };
 
 static const char *outs[NMON];
+static int statuses[NMON];
+
+/* What a monitor's run shows is asserted for vmtrack's monitors and the memhooks control
+ * always; for libfabric's other own monitors only where their process ended well (libfabric
+ * 2.1's uffd monitor hangs now and then: its rows are shown, not judged). */
+static int asserted(unsigned m)
+{
+    return is_vmtrack(monitors[m]) || !strcmp(monitors[m], "memhooks") || statuses[m] == 0;
+}
 static struct figures fig[NMON];
 
 static void check_process(unsigned m, const struct run *r)
@@ -270,7 +279,7 @@ static void scenario_table(void)
             if (outs[m] && !word_after(outs[m], prefix, res))
                 snprintf(res, sizeof(res), "missing");
             printf(" %-13s", res);
-            if (!outs[m])
+            if (!outs[m] || !asserted(m))
                 continue;
             if (claims(monitors[m], scn) && strcmp(res, "caught"))
                 FAILED("%s %s: %s, and its tracker claims this one", monitors[m], scn, res);
@@ -296,7 +305,7 @@ static void stress_row(unsigned m, int fenced, int raw)
     field(outs[m], pre, "regs ", &regs);
     /* The open race is asserted for vmtrack's monitor only: libfabric's own monitors have the
      * register-then-subscribe window that vmtrack's closes (doc/ofi.md). */
-    int judged = (fenced || is_vmtrack(monitors[m])) &&
+    int judged = asserted(m) && (fenced || is_vmtrack(monitors[m])) &&
                  claims(monitors[m], raw ? "raw-syscall-munmap" : "munmap-mmap");
     printf("  %-14s %-6s %-4s writes %4.0f wrong %3.0f (remaps %5.0f, fi_mr_reg %6.0f)%s\n",
            monitors[m], fenced ? "fenced" : "open", raw ? "raw" : "libc", writes, wrong, remaps,
@@ -371,6 +380,7 @@ int main(int argc, char **argv)
             fputs(r.out, stdout);
         check_process(m, &r);
         outs[m] = r.out;
+        statuses[m] = r.status;
     }
     scenario_table();
     stress_table();
