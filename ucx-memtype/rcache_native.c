@@ -198,17 +198,6 @@ static int status_to_errno(ucs_status_t st)
     }
 }
 
-static ucs_status_t errno_to_status(int ret)
-{
-    switch (ret) {
-    case -EFAULT: return UCS_ERR_INVALID_ADDR;
-    case -ENOMEM: return UCS_ERR_NO_MEMORY;
-    case -ENOSPC: return UCS_ERR_EXCEEDS_LIMIT;
-    case -EINVAL: return UCS_ERR_INVALID_PARAM;
-    default: return UCS_ERR_IO_ERROR;
-    }
-}
-
 /* Region memory, kept for reuse up to SPARE_HDRS per rcache: a cache at its limit frees
  * one region and allocates one per miss, and posix_memalign with its alignment split was a
  * tenth of the module's miss. Under cb_lock. */
@@ -510,7 +499,7 @@ static __attribute__((noinline)) ucs_status_t get_registering(const struct get_c
     ret = vmt_get_handle_walk(d, c->address, c->length, access_of((int)c->a3), &v, (void **)&h);
     t_req = req.prev;
     if (ret < 0)
-        return req.status != UCS_OK ? req.status : errno_to_status(ret);
+        return req.status != UCS_OK ? req.status : vmt_ucx_errno_to_status(ret);
     *(struct ucx_g1_region **)c->a5 = region_got(h, v);
     return UCS_OK;
 }

@@ -143,17 +143,6 @@ static struct region_tail *tail_of(const struct wrap *w, struct ucx_g1_region *r
     return (struct region_tail *)((char *)region + w->tail_off);
 }
 
-static ucs_status_t errno_to_status(int ret)
-{
-    switch (ret) {
-    case -EFAULT: return UCS_ERR_INVALID_ADDR;
-    case -ENOMEM: return UCS_ERR_NO_MEMORY;
-    case -ENOSPC: return UCS_ERR_EXCEEDS_LIMIT;
-    case -EINVAL: return UCS_ERR_INVALID_PARAM;
-    default: return UCS_ERR_IO_ERROR;
-    }
-}
-
 static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg,
                               struct ucx_g1_region *region, uint16_t flags)
 {
@@ -178,7 +167,7 @@ static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg,
         if (!(flags & UCX_G1_MEM_REG_HIDE_ERRORS))
             ucx_log(1, "cannot watch %#lx+%zu: %s", (unsigned long)region->super.start, len,
                  vmt_strerror(ret));
-        return errno_to_status(ret);
+        return vmt_ucx_errno_to_status(ret);
     }
     if (!w->owns_wc) {
         vmt_put(watch);
@@ -259,7 +248,7 @@ static ucs_status_t wrap_open_watch(struct wrap *w, const char *name)
         if (w->wc)
             vmt_cache_destroy(w->wc);
         w->wc = NULL;
-        return errno_to_status(ret);
+        return vmt_ucx_errno_to_status(ret);
     }
     atomic_store(&w->gen, ucx_feed_fork_gen());
     return UCS_OK;
