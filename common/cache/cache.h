@@ -778,6 +778,7 @@ private:
     void flush_lane() noexcept;
     int flush_device_lane(Device *dev) noexcept;
     void stats_lane(struct vmt_stats *v) noexcept;
+    size_t entries_in_all_lanes() noexcept;  // the head's: one instant's count
     // dev's twins in the other lanes (attach), and their detach.
     int attach_lane_twins(Device *dev) noexcept;
     // The first time a lane other than the head's owns memory: from now on the devices with
