@@ -14,12 +14,18 @@
 // program ran before the slot was visible is seen by its exit program, which runs after the
 // pages changed; the cache's check after registering then finds the word moved. The alive
 // word drops (after every word was bumped) when the daemon lets this process go (stop,
-// restart): from then on watches are refused (served uncached) until a new cache connects.
+// restart): from then on watches are refused (served uncached) until the daemon is back.
+// The next poll (a miss, vmt_flush) after that tries to connect again, at most every
+// kRetryNs: once a daemon answers, every entry is dropped (all were watched through the old
+// maps), the new words are mapped where the old ones were (the cache reads words() once, at
+// start) and watches use the new maps. A slot an old entry still holds stays taken until its
+// unwatch, so that a late unwatch cannot free a slot a new watch has.
 #include "config.h"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -41,6 +47,16 @@ constexpr uint32_t kChangesWord = offsetof(vmtrack_bpf_words, changes) / sizeof(
 static_assert(offsetof(vmtrack_bpf_words, gen) == 0, "a slot's handle is its word's index");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t),
               "the daemon's words are read as std::atomic<uint32_t>");
+// Between two tries to reach a daemon that let this process go: a try that finds none is a
+// failed connect (microseconds), so a miss pays it at most this often.
+constexpr int64_t kRetryNs = 200 * 1000 * 1000;
+
+int64_t monotonic_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 size_t page_round(size_t n)
 {
@@ -152,8 +168,8 @@ void unmap_both(Maps *m)
     m->words = nullptr;
 }
 
-// Connect, say hello, map the two maps the daemon passes. 0 or a negative errno and *why.
-int connect_daemon(Maps *out, std::string *why)
+// Connect and say hello: the socket and the two maps' fds, or a negative errno and *why.
+int hello_daemon(int *sock, int fds[2], std::string *why)
 {
     int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (s < 0) {
@@ -176,13 +192,35 @@ int connect_daemon(Maps *out, std::string *why)
         return e == ENOENT || e == ECONNREFUSED ? -ENODEV : -e;
     }
     vmtrack_bpf_reply r = {};
-    int fds[2] = {-1, -1};
+    fds[0] = fds[1] = -1;
     int rc = read_reply(s, &r, fds, why);
-    if (rc == 0)
-        rc = map_both(fds, out, why);
-    for (int fd : fds)
-        if (fd >= 0)
-            close(fd);
+    if (rc < 0) {
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        close(s);
+        return rc;
+    }
+    *sock = s;
+    return 0;
+}
+
+void close_both(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+// Connect, say hello, map the two maps the daemon passes. 0 or a negative errno and *why.
+int connect_daemon(Maps *out, std::string *why)
+{
+    int s = -1, fds[2];
+    int rc = hello_daemon(&s, fds, why);
+    if (rc < 0)
+        return rc;
+    rc = map_both(fds, out, why);
+    close_both(fds);
     if (rc < 0) {
         unmap_both(out);
         close(s);
@@ -216,7 +254,7 @@ public:
 
     int watch(uintptr_t start, size_t len, WatchToken *token) noexcept override
     {
-        if (!maps_.words)
+        if (!maps_.words || gone_.load(std::memory_order_acquire))
             return -ENOTSUP;
         Guard g(busy_);
         if (nfree_ == 0) {
@@ -240,9 +278,7 @@ public:
         // while alive still reads 1 is one the programs will still bump.
         if (maps_.words[kAliveWord].load(std::memory_order_seq_cst) != 1) {
             release_slot(i);
-            if (!gone_warned_.exchange(true))
-                VMT_LOG_WARN("bpf: vmtrackd let this process go (stopped or restarted): "
-                             "ranges are served uncached from now on in this cache");
+            note_gone();
             return -ENOTSUP;
         }
         local_[i] = Local{start, len, expect, true, false};
@@ -262,12 +298,20 @@ public:
 
     void poll() noexcept override
     {
-        // One load when nothing changed.
+        // One load when nothing changed (and the daemon serves this process).
         if (!maps_.words)
+            return;
+        if (gone_.load(std::memory_order_relaxed) && try_reconnect())
             return;
         uint32_t c = maps_.words[kChangesWord].load(std::memory_order_acquire);
         if (c == seen_changes_.load(std::memory_order_relaxed))
             return;
+        // Letting a process go bumps every word, this one too.
+        if (maps_.words[kAliveWord].load(std::memory_order_acquire) != 1) {
+            note_gone();
+            if (try_reconnect())
+                return;
+        }
         struct Range {
             uintptr_t start;
             size_t len;
@@ -279,7 +323,7 @@ public:
             seen_changes_.store(c, std::memory_order_relaxed);
             for (uint32_t i = 0; i < used_; i++) {
                 Local &l = local_[i];
-                if (!l.used || l.reported ||
+                if (!l.used || l.orphan || l.reported ||
                     maps_.words[i].load(std::memory_order_acquire) == l.expect)
                     continue;
                 l.reported = true;
@@ -306,6 +350,8 @@ public:
             close(maps_.sock);
         maps_.sock = -1;
         busy_.store(false);  // another thread of the parent may have held it
+        reconnecting_.store(false);
+        gone_.store(false);
         reset_slots();
         std::string why;
         int rc = connect_daemon(&maps_, &why);
@@ -317,17 +363,18 @@ public:
     std::string describe() const override
     {
         char b[600];
-        bool alive = maps_.words && maps_.words[kAliveWord].load() == 1;
+        bool alive = maps_.words && !gone_.load() && maps_.words[kAliveWord].load() == 1;
         snprintf(b, sizeof b,
                  "daemon: vmtrackd at " VMTRACK_BPF_SOCKET " (ABI %u), %s\n"
                  "limits: %u watched ranges per cache, %u caches per process (more are "
                  "served uncached / refused)\n"
-                 "watched ranges: %u; changes seen: %llu\n",
+                 "watched ranges: %u; changes seen: %llu; reconnections: %llu\n",
                  VMTRACK_BPF_ABI,
                  alive ? "serving this process"
-                       : "let this process go (stopped or restarted): ranges served uncached",
+                       : "let this process go (stopped or restarted): ranges served uncached "
+                         "until it is back",
                  kSlots, VMTRACK_BPF_PER_MM, kSlots - nfree_,
-                 (unsigned long long)changed_.load());
+                 (unsigned long long)changed_.load(), (unsigned long long)reconnections_.load());
         std::string d = b;
         d += "catches: every change of a watched range's pages that goes through the zap "
              "(munmap, MAP_FIXED, madvise DONTNEED/REMOVE, hole punch, io_uring, mremap "
@@ -346,6 +393,7 @@ private:
         uint32_t expect = 0;
         bool used = false;
         bool reported = false;
+        bool orphan = false;  // watched through a daemon that let this process go
     };
 
     class Guard {
@@ -381,10 +429,86 @@ private:
         __atomic_store_n(&slot.end, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&slot.start, 0, __ATOMIC_RELEASE);
         local_[i].used = false;
+        local_[i].orphan = false;
         free_[nfree_++] = static_cast<uint16_t>(i);
         while (used_ > 0 && !local_[used_ - 1].used)
             used_--;
         __atomic_store_n(&maps_.ranges->used, used_, __ATOMIC_RELEASE);
+    }
+
+    void note_gone() noexcept
+    {
+        gone_.store(true, std::memory_order_release);
+        if (!gone_warned_.exchange(true))
+            VMT_LOG_WARN("bpf: vmtrackd let this process go (stopped or restarted): ranges are "
+                         "served uncached until it is back");
+    }
+
+    // At most one thread, at most every kRetryNs: whether a daemon serves this process again.
+    bool try_reconnect() noexcept
+    {
+        int64_t now = monotonic_ns();
+        if (now < next_try_ns_.load(std::memory_order_relaxed) ||
+            reconnecting_.exchange(true, std::memory_order_acquire))
+            return false;
+        next_try_ns_.store(now + kRetryNs, std::memory_order_relaxed);
+        int sock = -1, fds[2] = {-1, -1};
+        Maps fresh;
+        std::string why;
+        int rc = hello_daemon(&sock, fds, &why);
+        if (rc == 0 && (rc = map_both(fds, &fresh, &why)) < 0) {
+            unmap_both(&fresh);
+            close(sock);
+        }
+        if (rc == 0) {
+            // Every entry was watched through the old maps: none may outlive them. Misses
+            // planned before this see it in the cache's invalidation log and plan again.
+            sink_->invalidate(0, UINTPTR_MAX);
+            Guard g(busy_);
+            rc = adopt(fresh, sock, fds[1]);
+        }
+        close_both(fds);
+        reconnecting_.store(false, std::memory_order_release);
+        if (rc == 0)
+            VMT_LOG_INFO("bpf: vmtrackd serves this process again: ranges are cached");
+        return rc == 0;
+    }
+
+    // With busy_ held: the new daemon's maps in place of the old ones, the words where the
+    // old words were. A slot an old entry holds stays taken (orphan) until its unwatch.
+    int adopt(Maps &fresh, int sock, int words_fd) noexcept
+    {
+        size_t words_len = page_round(sizeof(vmtrack_bpf_words));
+        void *at = const_cast<std::atomic<uint32_t> *>(maps_.words);
+        if (mmap(at, words_len, PROT_READ, MAP_SHARED | MAP_FIXED, words_fd, 0) == MAP_FAILED) {
+            int e = errno;
+            // A failed MAP_FIXED may have unmapped the old words, which hits still read:
+            // zeros there, and no watch until a later try succeeds (gone_ stays set).
+            mmap(at, words_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            VMT_LOG_WARN("bpf: cannot map the new vmtrackd's words: %s", strerror(e));
+            unmap_both(&fresh);
+            close(sock);
+            return -e;
+        }
+        munmap(const_cast<std::atomic<uint32_t> *>(fresh.words), words_len);
+        munmap(maps_.ranges, page_round(sizeof(vmtrack_bpf_ranges)));
+        maps_.ranges = fresh.ranges;
+        if (maps_.sock >= 0)
+            close(maps_.sock);
+        maps_.sock = sock;
+        nfree_ = 0;
+        for (uint32_t i = kSlots; i-- > 0;) {
+            if (local_[i].used)
+                local_[i].orphan = true;
+            else
+                free_[nfree_++] = static_cast<uint16_t>(i);
+        }
+        __atomic_store_n(&maps_.ranges->used, used_, __ATOMIC_RELEASE);
+        seen_changes_.store(maps_.words[kChangesWord].load(std::memory_order_acquire));
+        reconnections_.fetch_add(1, std::memory_order_relaxed);
+        gone_warned_.store(false);
+        gone_.store(false, std::memory_order_release);
+        return 0;
     }
 
     void shut() noexcept
@@ -407,6 +531,10 @@ private:
     std::atomic<uint64_t> changed_{0};
     std::atomic<bool> full_warned_{false};
     std::atomic<bool> gone_warned_{false};
+    std::atomic<bool> gone_{false};          // the daemon let this process go
+    std::atomic<bool> reconnecting_{false};  // a thread is trying to reach a daemon
+    std::atomic<int64_t> next_try_ns_{0};
+    std::atomic<uint64_t> reconnections_{0};
 };
 
 }  // namespace

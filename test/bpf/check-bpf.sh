@@ -52,7 +52,7 @@ step "bpf tracker contract (as nobody)" \
 	nobody env CK_EXCLUDE_CASE=daemon "$b/test/bpf/test_bpf_tracker"
 step "bpf tracker: daemon restart and crash" \
 	env CK_RUN_CASE=daemon VMT_BPF_RESTART="$d restart $b" VMT_BPF_CRASH="$d crash $b" \
-	VMT_BPF_START="$d start $b" "$b/test/bpf/test_bpf_tracker"
+	VMT_BPF_STOP="$d stop $b" VMT_BPF_START="$d start $b" "$b/test/bpf/test_bpf_tracker"
 echo "=== vmtrack info (bpf), not pass/fail"
 VMTRACK_TRACKER=bpf "$b/vmtrack" info || echo "(vmtrack info exited $?)"
 step "vmtrack check --tracker bpf --stress (as nobody)" \
