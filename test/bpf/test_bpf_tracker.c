@@ -506,6 +506,93 @@ START_TEST(daemon_stop_falls_back_until_back)
 }
 END_TEST
 
+/* Registrations racing a daemon restart (twice): the same judge as registrations_racing_a_zap
+ * while the cache is let go, served uncached and reconnected beneath the threads; afterwards
+ * the range is cached again. */
+struct restarter {
+	const char *cmd;
+	atomic_int done;
+	int status;
+};
+
+static void *restart_daemon(void *arg)
+{
+	struct restarter *rs = arg;
+
+	rs->status = system(rs->cmd);
+	atomic_store(&rs->done, 1);
+	return NULL;
+}
+
+static long serial_of_get(struct racer *rc)
+{
+	struct vmt_reg *r;
+	long serial;
+
+	ck_assert_int_eq(vmt_get(rc->dev, rc->buf, rc->len, VMT_ACCESS_READ, &r), 0);
+	serial = ((struct serial_reg *)vmt_reg_handle(r))->serial;
+	vmt_put(r);
+	return serial;
+}
+
+START_TEST(restart_racing_registrations)
+{
+	const char *cmd = getenv("VMT_BPF_RESTART");
+	struct serial_dev sd = {0};
+	struct vmt_device_ops ops;
+	struct vmt_cache_opts cfg;
+	struct vmt_cache *c;
+	struct racer rc = {0};
+	pthread_t th[2], rt;
+	int i, round, stale = 0, judged = 0, hit = 0;
+
+	if (!cmd || !*cmd) {
+		printf("restart_racing_registrations: VMT_BPF_RESTART not set: not checked\n");
+		return;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.sz = sizeof(cfg);
+	cfg.tracker = "bpf";
+	ck_assert_int_eq(vmt_cache_create(&cfg, &c), 0);
+	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
+	ck_assert_int_eq(vmt_device_attach(c, &ops, &sd, &rc.dev), 0);
+	rc.len = 4 * page;
+	rc.buf = map_at(NULL, rc.len);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, &rc), 0);
+	for (round = 0; round < 2; round++) {
+		struct restarter rs = {cmd, 0, -1};
+
+		ck_assert_int_eq(pthread_create(&rt, NULL, restart_daemon, &rs), 0);
+		for (i = 0; !atomic_load(&rs.done) || i < 300; i++) {
+			long before = atomic_load(&sd.started);
+
+			ck_assert_int_eq(madvise(rc.buf, rc.len, MADV_DONTNEED), 0);
+			if (serial_of_get(&rc) <= before)
+				stale++;
+			judged++;
+		}
+		pthread_join(rt, NULL);
+		ck_assert_msg(rs.status == 0, "%s failed", cmd);
+	}
+	atomic_store(&rc.stop, 1);
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < 100 && !hit; i++) {
+		hit = serial_of_get(&rc) == serial_of_get(&rc);
+		if (!hit)
+			usleep(100 * 1000);
+	}
+	printf("restart_racing_registrations: %d judged, %ld registrations, %d stale hits\n",
+	       judged, atomic_load(&sd.started), stale);
+	ck_assert_int_eq(stale, 0);
+	ck_assert_msg(hit, "not cached again after the restarts");
+	vmt_device_detach(rc.dev);
+	vmt_cache_destroy(c);
+	munmap(rc.buf, rc.len);
+}
+END_TEST
+
 /* A daemon killed outright: its pinned programs go on tracking; the next one lets go. */
 START_TEST(daemon_crash_keeps_tracking)
 {
@@ -556,6 +643,7 @@ int main(void)
 	tcase_set_timeout(daemon, 240);
 	tcase_add_test(daemon, daemon_restart_is_a_change);
 	tcase_add_test(daemon, daemon_stop_falls_back_until_back);
+	tcase_add_test(daemon, restart_racing_registrations);
 	tcase_add_test(daemon, daemon_crash_keeps_tracking);
 	suite_add_tcase(s, daemon);
 	rc = check_run(s, CK_FORK);
