@@ -49,7 +49,7 @@ fi
 echo "vmtrackd up in $(( $(date +%s) - t0 )) s"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 step "bpf tracker contract (as nobody)" \
-	nobody env CK_EXCLUDE_CASE=daemon "$b/test/bpf/test_bpf_tracker"
+	nobody env CK_RUN_CASE=bpf "$b/test/bpf/test_bpf_tracker"
 step "bpf tracker: daemon restart and crash" \
 	env CK_RUN_CASE=daemon VMT_BPF_RESTART="$d restart $b" VMT_BPF_CRASH="$d crash $b" \
 	VMT_BPF_STOP="$d stop $b" VMT_BPF_START="$d start $b" "$b/test/bpf/test_bpf_tracker"

@@ -370,45 +370,79 @@ static void *register_loop(void *arg)
 	return NULL;
 }
 
+/* A bpf cache with the serial device, a 4-page buffer and two threads registering it. */
+static void racers_start(struct racer *rc, struct serial_dev *sd, struct vmt_cache **c,
+			 pthread_t th[2])
+{
+	struct vmt_device_ops ops;
+	struct vmt_cache_opts cfg;
+	int i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.sz = sizeof(cfg);
+	cfg.tracker = "bpf";
+	ck_assert_int_eq(vmt_cache_create(&cfg, c), 0);
+	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
+	ck_assert_int_eq(vmt_device_attach(*c, &ops, sd, &rc->dev), 0);
+	rc->len = 4 * page;
+	rc->buf = map_at(NULL, rc->len);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, rc), 0);
+}
+
+static void racers_stop(struct racer *rc, pthread_t th[2])
+{
+	int i;
+
+	atomic_store(&rc->stop, 1);
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+}
+
+static void racers_close(struct racer *rc, struct vmt_cache *c)
+{
+	vmt_device_detach(rc->dev);
+	vmt_cache_destroy(c);
+	munmap(rc->buf, rc->len);
+}
+
+/* The serial of the registration a get of the whole buffer returns. */
+static long serial_of_get(struct racer *rc)
+{
+	struct vmt_reg *r;
+	long serial;
+
+	ck_assert_int_eq(vmt_get(rc->dev, rc->buf, rc->len, VMT_ACCESS_READ, &r), 0);
+	serial = ((struct serial_reg *)vmt_reg_handle(r))->serial;
+	vmt_put(r);
+	return serial;
+}
+
+/* Drops the buffer's pages, then gets it: whether the registration it got started before. */
+static int stale_after_zap(struct racer *rc, struct serial_dev *sd)
+{
+	long before = atomic_load(&sd->started);
+
+	ck_assert_int_eq(madvise(rc->buf, rc->len, MADV_DONTNEED), 0);
+	return serial_of_get(rc) <= before;
+}
+
 START_TEST(registrations_racing_a_zap)
 {
 	struct serial_dev sd = {0};
-	struct vmt_device_ops ops;
-	struct vmt_cache_opts cfg;
 	struct vmt_cache *c;
 	struct racer rc = {0};
 	pthread_t th[2];
 	int i, stale = 0;
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.sz = sizeof(cfg);
-	cfg.tracker = "bpf";
-	ck_assert_int_eq(vmt_cache_create(&cfg, &c), 0);
-	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
-	ck_assert_int_eq(vmt_device_attach(c, &ops, &sd, &rc.dev), 0);
-	rc.len = 4 * page;
-	rc.buf = map_at(NULL, rc.len);
-	for (i = 0; i < 2; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, &rc), 0);
-	for (i = 0; i < 2000; i++) {
-		long before = atomic_load(&sd.started);
-		struct vmt_reg *r;
-
-		ck_assert_int_eq(madvise(rc.buf, rc.len, MADV_DONTNEED), 0);
-		ck_assert_int_eq(vmt_get(rc.dev, rc.buf, rc.len, VMT_ACCESS_READ, &r), 0);
-		if (((struct serial_reg *)vmt_reg_handle(r))->serial <= before)
-			stale++;
-		vmt_put(r);
-	}
-	atomic_store(&rc.stop, 1);
-	for (i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	racers_start(&rc, &sd, &c, th);
+	for (i = 0; i < 2000; i++)
+		stale += stale_after_zap(&rc, &sd);
+	racers_stop(&rc, th);
 	printf("registrations_racing_a_zap: %ld registrations, %d stale hits\n",
 	       atomic_load(&sd.started), stale);
 	ck_assert_int_eq(stale, 0);
-	vmt_device_detach(rc.dev);
-	vmt_cache_destroy(c);
-	munmap(rc.buf, rc.len);
+	racers_close(&rc, c);
 }
 END_TEST
 
@@ -442,6 +476,20 @@ static int cached_again(struct fixture *f, char *buf, size_t len)
 	return 0;
 }
 
+/* The 4-page buffer is cached again (within cached_again's time), and a change of it after
+ * that is seen: the cache is served by a daemon again. */
+static void served_again(struct fixture *f, char *buf, const char *when)
+{
+	uint64_t regs;
+
+	ck_assert_msg(cached_again(f, buf, 4 * page), "not cached again %s", when);
+	regs = stats_of(f->cache).registrations;
+	munmap(buf, page);
+	map_at(buf, page);
+	get_put(f, buf, 4 * page);
+	ck_assert_msg(stats_of(f->cache).registrations == regs + 1, "a change %s not seen", when);
+}
+
 /* A daemon restart lets this process go: what it cached is treated as changed, and the cache
  * is served by the new daemon from then on: hits again, changes seen again. */
 START_TEST(daemon_restart_is_a_change)
@@ -460,13 +508,7 @@ START_TEST(daemon_restart_is_a_change)
 	get_put(&f, buf, 4 * page);
 	s = stats_of(f.cache);
 	ck_assert_msg(s.registrations == 2, "a hit after the daemon restarted");
-	ck_assert_msg(cached_again(&f, buf, 4 * page), "not cached again after the restart");
-	s = stats_of(f.cache);
-	munmap(buf, page);
-	map_at(buf, page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_msg(stats_of(f.cache).registrations == s.registrations + 1,
-		      "a change after the restart not seen");
+	served_again(&f, buf, "after the restart");
 	fixture_close(&f);
 	munmap(buf, 4 * page);
 }
@@ -494,13 +536,7 @@ START_TEST(daemon_stop_falls_back_until_back)
 		      (unsigned long long)s.registrations);
 	ck_assert_uint_ge(s.uncached, 2);
 	run_daemon_cmd("VMT_BPF_START");
-	ck_assert_msg(cached_again(&f, buf, 4 * page), "not cached again once the daemon was back");
-	s = stats_of(f.cache);
-	munmap(buf, page);
-	map_at(buf, page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_msg(stats_of(f.cache).registrations == s.registrations + 1,
-		      "a change after the daemon came back not seen");
+	served_again(&f, buf, "once the daemon was back");
 	fixture_close(&f);
 	munmap(buf, 4 * page);
 }
@@ -524,23 +560,10 @@ static void *restart_daemon(void *arg)
 	return NULL;
 }
 
-static long serial_of_get(struct racer *rc)
-{
-	struct vmt_reg *r;
-	long serial;
-
-	ck_assert_int_eq(vmt_get(rc->dev, rc->buf, rc->len, VMT_ACCESS_READ, &r), 0);
-	serial = ((struct serial_reg *)vmt_reg_handle(r))->serial;
-	vmt_put(r);
-	return serial;
-}
-
 START_TEST(restart_racing_registrations)
 {
 	const char *cmd = getenv("VMT_BPF_RESTART");
 	struct serial_dev sd = {0};
-	struct vmt_device_ops ops;
-	struct vmt_cache_opts cfg;
 	struct vmt_cache *c;
 	struct racer rc = {0};
 	pthread_t th[2], rt;
@@ -550,34 +573,17 @@ START_TEST(restart_racing_registrations)
 		printf("restart_racing_registrations: VMT_BPF_RESTART not set: not checked\n");
 		return;
 	}
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.sz = sizeof(cfg);
-	cfg.tracker = "bpf";
-	ck_assert_int_eq(vmt_cache_create(&cfg, &c), 0);
-	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
-	ck_assert_int_eq(vmt_device_attach(c, &ops, &sd, &rc.dev), 0);
-	rc.len = 4 * page;
-	rc.buf = map_at(NULL, rc.len);
-	for (i = 0; i < 2; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, &rc), 0);
+	racers_start(&rc, &sd, &c, th);
 	for (round = 0; round < 2; round++) {
 		struct restarter rs = {cmd, 0, -1};
 
 		ck_assert_int_eq(pthread_create(&rt, NULL, restart_daemon, &rs), 0);
-		for (i = 0; !atomic_load(&rs.done) || i < 300; i++) {
-			long before = atomic_load(&sd.started);
-
-			ck_assert_int_eq(madvise(rc.buf, rc.len, MADV_DONTNEED), 0);
-			if (serial_of_get(&rc) <= before)
-				stale++;
-			judged++;
-		}
+		for (i = 0; !atomic_load(&rs.done) || i < 300; i++, judged++)
+			stale += stale_after_zap(&rc, &sd);
 		pthread_join(rt, NULL);
 		ck_assert_msg(rs.status == 0, "%s failed", cmd);
 	}
-	atomic_store(&rc.stop, 1);
-	for (i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	racers_stop(&rc, th);
 	for (i = 0; i < 100 && !hit; i++) {
 		hit = serial_of_get(&rc) == serial_of_get(&rc);
 		if (!hit)
@@ -587,9 +593,7 @@ START_TEST(restart_racing_registrations)
 	       judged, atomic_load(&sd.started), stale);
 	ck_assert_int_eq(stale, 0);
 	ck_assert_msg(hit, "not cached again after the restarts");
-	vmt_device_detach(rc.dev);
-	vmt_cache_destroy(c);
-	munmap(rc.buf, rc.len);
+	racers_close(&rc, c);
 }
 END_TEST
 
@@ -615,7 +619,7 @@ START_TEST(daemon_crash_keeps_tracking)
 	run_daemon_cmd("VMT_BPF_START");
 	get_put(&f, buf, 4 * page);	/* the new daemon let this process go */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
-	ck_assert_msg(cached_again(&f, buf, 4 * page), "not cached again by the new daemon");
+	served_again(&f, buf, "after the crash");
 	fixture_close(&f);
 	munmap(buf, 4 * page);
 }
