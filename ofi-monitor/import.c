@@ -106,6 +106,14 @@ VMT_OFI_EXPORT int vmt_ofi_stats_get(struct vmt_ofi_stats *st)
     return 0;
 }
 
+VMT_OFI_EXPORT int vmt_ofi_witness(const void *addr, size_t len)
+{
+    if (g_state != 1)
+        return -ENODEV;
+    vmt_ofi_mon_witness(&g_mon, (uintptr_t)addr, len);
+    return 0;
+}
+
 __attribute__((constructor)) static void vmt_ofi_ctor(void)
 {
     const char *env = getenv("VMTRACK_OFI");

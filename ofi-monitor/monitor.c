@@ -210,10 +210,26 @@ static void mon_stop(struct fid_mem_monitor *f)
     COUNT(m, stops);
 }
 
+/* Does [addr, addr+len) overlap the witnessed range? (counted for tests, see the header) */
+static bool witnessed(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
+{
+    uintptr_t lo = atomic_load_explicit(&m->witness_lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&m->witness_hi, memory_order_relaxed);
+    return lo < hi && addr < hi && addr + len > lo;
+}
+
+void vmt_ofi_mon_witness(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
+{
+    atomic_store(&m->witness_lo, addr);
+    atomic_store(&m->witness_hi, addr + len);
+}
+
 static int subscribe_range(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
 {
     struct vmt_reg *w;
     COUNT(m, subscribes);
+    if (witnessed(m, addr, len))
+        COUNT(m, witness_subscribes);
     if (!atomic_load_explicit(&m->running, memory_order_acquire) || !len) {
         COUNT(m, subscribes_refused);
         return -FI_EAGAIN;
@@ -280,6 +296,8 @@ static bool range_valid(struct vmt_ofi_mon *m, uintptr_t addr, size_t len)
     struct vmt_reg *watch, *now = NULL;
     uint64_t token;
     COUNT(m, valids);
+    if (witnessed(m, addr, len))
+        COUNT(m, witness_valids);
     if (!atomic_load_explicit(&m->running, memory_order_acquire))
         goto refused;
     bool found = vmt_ofi_ranges_find(&m->ranges, addr, len, &watch, &token);

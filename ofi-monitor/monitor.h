@@ -57,6 +57,7 @@ struct vmt_ofi_mon {
     uint64_t pass;                     /* notifier only */
 
     struct vmt_ofi_stats st;           /* counters, atomically added */
+    _Atomic uintptr_t witness_lo, witness_hi;   /* vmt_ofi_witness's range; empty: lo == hi */
 };
 
 /* Fill in the monitor (fid, ops). max_ranges 0: from VMTRACK_OFI_MAX_RANGES or 4096. */
@@ -66,5 +67,6 @@ void vmt_ofi_mon_fini(struct vmt_ofi_mon *m);
 /* The notifier's thread id (for tests), valid while thread_up. */
 bool vmt_ofi_mon_notifier(struct vmt_ofi_mon *m, pthread_t *out);
 void vmt_ofi_mon_stats(struct vmt_ofi_mon *m, struct vmt_ofi_stats *out);
+void vmt_ofi_mon_witness(struct vmt_ofi_mon *m, uintptr_t addr, size_t len);
 
 #endif

@@ -36,8 +36,16 @@ struct vmt_ofi_stats {
     uint64_t ranges, evictions;       /* subscribed ranges now; evicted to stay bounded */
     uint64_t subscribes_unarmed;      /* refused: no watch armed before the registration */
     uint64_t subscribes_logged;       /* cached: the change log shows the range unchanged */
+    /* Of subscribes and valids, those overlapping the range named by vmt_ofi_witness: a
+     * subscribe follows the provider's registration of it (proof of zero-copy in tests). */
+    uint64_t witness_subscribes, witness_valids;
 };
 int vmt_ofi_stats_get(struct vmt_ofi_stats *st);
+
+/* Count from now on the subscribes and valids overlapping [addr, addr+len) (one range at a
+ * time; len 0 stops counting): a program shows that the provider registered its buffer
+ * itself. 0, or -ENODEV when the monitor is not imported. */
+int vmt_ofi_witness(const void *addr, size_t len);
 
 #ifdef __cplusplus
 }

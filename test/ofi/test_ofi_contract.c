@@ -515,6 +515,27 @@ START_TEST(ranges_refuse_a_new_watch_for_a_known_range)
 }
 END_TEST
 
+/* The witness counts the subscribes and valids that overlap its range, and only those. */
+START_TEST(witness_counts_calls_on_its_range)
+{
+    setup_mon(0);
+    start_mon();
+    unsigned char *p = map_buf(2 * LEN);
+    vmt_ofi_mon_witness(&mon, (uintptr_t)p, LEN);
+    first_subscribe(p + LEN, LEN);   /* beside the witnessed range */
+    ck_assert_uint_eq(stats().witness_subscribes, 0);
+    uint64_t subs = stats().subscribes;
+    first_subscribe(p, LEN);
+    ck_assert_uint_eq(stats().witness_subscribes, stats().subscribes - subs);
+    ck_assert_int_eq(valid(p, LEN), 1);
+    ck_assert_int_eq(valid(p + LEN, LEN), 1);
+    ck_assert_uint_eq(stats().witness_valids, 1);
+    vmt_ofi_mon_witness(&mon, 0, 0);   /* stops counting */
+    ck_assert_int_eq(valid(p, LEN), 1);
+    ck_assert_uint_eq(stats().witness_valids, 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ofi-monitor contract");
@@ -532,6 +553,7 @@ static Suite *suite(void)
     tcase_add_test(tc, a_watch_armed_by_another_thread_later_is_not_trusted);
     tcase_add_test(tc, first_registration_cached_where_changes_are_logged);
     tcase_add_test(tc, ranges_refuse_a_new_watch_for_a_known_range);
+    tcase_add_test(tc, witness_counts_calls_on_its_range);
     suite_add_tcase(s, tc);
     return s;
 }
