@@ -9,6 +9,8 @@
 #    MPI carrying only control messages.
 # Both move 4 MiB buffers, unmap and map them again at the same address every third round,
 # check every byte, and check that vmtrack served the registrations.
+# Then, on both, Open MPI over libfabric's verbs;ofi_rxm (mtl ofi, btl ofi: test/ompi/ofi_jobs.sh;
+# VMT_OMPI_JOBS=ofi runs only those).
 # `make check-ompi-vm` runs it (VMT_OMPI_VM=1); in plain `make check` it skips (status 77), as
 # it does, saying why, when the rig cannot run. Inside the guest it runs itself again with
 # --in-guest.
@@ -76,34 +78,34 @@ if [ "${1:-}" = --in-guest ]; then
 	ip addr add 10.77.0.1/24 dev vmt0 2>/dev/null
 	ip link set vmt0 up
 	sleep 1   # rxe adds the address's GIDs
-	sysdir=$(ompi_info --path pkglibdir --parsable | sed -n 's/^path:pkglibdir://p')
-	export LD_LIBRARY_PATH="$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	. "$here/ompi_env.sh"
+	. "$here/ofi_jobs.sh"
 	common=(--allow-run-as-root -np 2 -x LD_LIBRARY_PATH
-		--mca mca_base_component_path "$builddir/test/ompi/components:$sysdir"
+		--mca mca_base_component_path "$comp:$sysdir"
 		--mca pml ob1 --mca mpi_leave_pinned 1 --mca rcache_vmtrack_print_stats 1)
-	if ! ompi_info 2>/dev/null | grep -q 'MCA btl: openib'; then
-		. "$here/ompi_env.sh"
-		fail=0
+	fail=0
+	if [ "${VMT_OMPI_JOBS:-all}" = ofi ]; then
+		:   # only the libfabric jobs (a developer's shortcut)
+	elif ! ompi_info 2>/dev/null | grep -q 'MCA btl: openib'; then
 		ucx_jobs || fail=1
 		uct_job || fail=1
-		exit $fail
+	else
+		case $(openib_cpcs) in
+		*rdmacm*)
+			timeout 400 mpirun "${common[@]}" --mca btl openib,self \
+				--mca btl_openib_rcache vmtrack --mca btl_openib_cpc_include rdmacm \
+				--mca btl_openib_warn_no_device_params_found 0 \
+				"$builddir/test/ompi/mpi_rdma_check" 24 || fail=1
+			;;
+		*)
+			echo "openib here offers only '$(openib_cpcs)' (InfiniBand-only): running the verbs job"
+			timeout 400 mpirun "${common[@]}" --mca btl self,vader \
+				"$builddir/test/ompi/mpi_verbs_rdma" 12 rxe0 || fail=1
+			;;
+		esac
 	fi
-	case $(openib_cpcs) in
-	*rdmacm*)
-		set -x
-		timeout 400 mpirun "${common[@]}" --mca btl openib,self \
-			--mca btl_openib_rcache vmtrack --mca btl_openib_cpc_include rdmacm \
-			--mca btl_openib_warn_no_device_params_found 0 \
-			"$builddir/test/ompi/mpi_rdma_check" 24
-		;;
-	*)
-		echo "openib here offers only '$(openib_cpcs)' (InfiniBand-only): running the verbs job"
-		set -x
-		timeout 400 mpirun "${common[@]}" --mca btl self,vader \
-			"$builddir/test/ompi/mpi_verbs_rdma" 12 rxe0
-		;;
-	esac
-	exit $?
+	ofi_jobs || fail=1
+	exit $fail
 fi
 
 command -v ompi_info >/dev/null 2>&1 || skip "ompi_info not found"
@@ -114,7 +116,7 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || skip "qemu-system-x86_64 not in
 mkdir -p "$builddir/test/ompi/components"
 ln -sf "$builddir/.libs/mca_rcache_vmtrack.so" "$builddir/test/ompi/components/.vmt.$$" &&
 	mv -f "$builddir/test/ompi/components/.vmt.$$" "$builddir/test/ompi/components/mca_rcache_vmtrack.so"
-out=$("$srcdir/test/vm/run" --rxe --timeout 560 --share "$builddir" -- \
+out=$("$srcdir/test/vm/run" --rxe --timeout 900 --share "$builddir" -- \
 	env VMT_BUILDDIR="$builddir" bash "$here/mpirun_rxe.sh" --in-guest 2>&1)
 rc=$?
 printf '%s\n' "$out" | grep -v '^vmtrack: warning: VMTRACK_.* is not a variable'

@@ -100,10 +100,24 @@ test_ompi_ompi_stale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype -isys
 test_ompi_ompi_stale_LDADD = $(OMPI_LIBS)
 test_ompi_ompi_stale_LDFLAGS = $(OMPI_TEST_LDOPTS)
 
+# mtl ofi and btl ofi over verbs;ofi_rxm (rxe0): stale pages through libfabric's MR cache and
+# through the rcache framework; run by mpirun_rxe.sh (test/ompi/ofi_jobs.sh).
+OMPI_OFI_VM_DEPS =
+if HAVE_OFI
+check_PROGRAMS += test/ompi/mpi_ofi_stale
+test_ompi_mpi_ofi_stale_SOURCES = test/ompi/mpi_ofi_stale.c
+test_ompi_mpi_ofi_stale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ofi-monitor \
+	-isystem $(OMPI_PREFIX_INC)
+test_ompi_mpi_ofi_stale_LDADD = $(OMPI_LIBS) -ldl
+test_ompi_mpi_ofi_stale_LDFLAGS = $(OMPI_TEST_LDOPTS)
+OMPI_OFI_VM_DEPS += test/ompi/mpi_ofi_stale$(EXEEXT) libvmtrack-ofi.la
+endif
+EXTRA_DIST += test/ompi/ofi_jobs.sh
+
 # The guest job on its own: make check-ompi-vm
 .PHONY: check-ompi-vm
 check-ompi-vm: mca_rcache_vmtrack.la test/ompi/mpi_rdma_check$(EXEEXT) test/ompi/mpi_verbs_rdma$(EXEEXT) \
-		test/ompi/ompi_stale$(EXEEXT)
+		test/ompi/ompi_stale$(EXEEXT) $(OMPI_OFI_VM_DEPS)
 	VMT_OMPI_VM=1 VMT_BUILDDIR=$(abs_top_builddir) bash $(abs_top_srcdir)/test/ompi/mpirun_rxe.sh
 
 # The component directory the tests make in the build tree (ompi_testenv.c, the scripts).
