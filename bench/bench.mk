@@ -33,7 +33,14 @@ bench_ompi_bench_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) -I$(top_srcdir)/test/ompi
 bench_ompi_bench_LDADD = $(OMPI_TEST_LIBS)
 bench_ompi_bench_LDFLAGS = $(OMPI_TEST_LDOPTS)
 EXTRA_bench_ompi_bench_DEPENDENCIES = $(OMPI_TEST_DEPS)
+# MPI ping-pong, grdma against vmtrack in one run: bench/ompi_pingpong.sh [--guest] sm|uct|ofi
+check_PROGRAMS += bench/mpi_pingpong
+bench_mpi_pingpong_SOURCES = bench/mpi_pingpong.c
+bench_mpi_pingpong_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(OMPI_PREFIX_INC)
+bench_mpi_pingpong_LDADD = $(OMPI_LIBS)
+bench_mpi_pingpong_LDFLAGS = $(OMPI_TEST_LDOPTS)
 endif
+EXTRA_DIST += bench/ompi_pingpong.sh
 
 # The runs behind README's figures.
 EXTRA_DIST += doc/bench.md
