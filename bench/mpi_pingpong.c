@@ -62,7 +62,7 @@ int main(int argc, char **argv)
         pingpong(rank, buf, sizes[k], iters / 10 + 1);   /* warm-up: connections, first registration */
         double t = pingpong(rank, buf, sizes[k], iters);
         if (rank == 0)
-            printf("size %zu iters %d lat_us %.3f bw_MBps %.1f\n", sizes[k], iters,
+            printf("size %zu iters %d lat_us %.3f bw_MBps %.4f\n", sizes[k], iters,
                    t / iters / 2 * 1e6, (double)sizes[k] * iters * 2 / t / 1e6);
     }
     free(buf);

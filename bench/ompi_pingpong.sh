@@ -100,10 +100,16 @@ best() {
 		awk -v col="$2" '{ if (!($1 in v) || (col == 6 ? $2 < v[$1] : $2 > v[$1])) v[$1] = $2 }
 			END { for (s in v) print s, v[s] }' | sort -n
 }
-join <(best grdma 6) <(best vmtrack 6) >"$out/lat"
-join <(best grdma 8) <(best vmtrack 8) >"$out/bw"
+# (files, not process substitution: the guest rig has no /dev/fd)
+for side in grdma vmtrack; do
+	best "$side" 6 >"$out/best-$side.lat"
+	best "$side" 8 >"$out/best-$side.bw"
+done
+join "$out/best-grdma.lat" "$out/best-vmtrack.lat" >"$out/lat"
+join "$out/best-grdma.bw" "$out/best-vmtrack.bw" >"$out/bw"
 join "$out/lat" "$out/bw" | awk -v peer="$peer" '
 	BEGIN { printf "%10s %12s %12s %7s %12s %12s %7s\n", "bytes", peer "_us", "vmtrack_us",
 		"ratio", peer "_MB/s", "vmtrack_MB/s", "ratio" }
-	{ printf "%10d %12.2f %12.2f %7.3f %12.1f %12.1f %7.3f\n", $1, $2, $3, $3 / $2, $4, $5, $5 / $4 }'
+	{ printf "%10d %12.2f %12.2f %7.3f %12.3f %12.3f %7.3f\n", $1, $2, $3, $3 / $2, $4, $5,
+		$4 > 0 ? $5 / $4 : 0 }'
 echo "(ratio: vmtrack / $peer; latency below 1 and bandwidth above 1 favour vmtrack)"
