@@ -96,7 +96,8 @@ echo "mpi_pingpong, $transport, Open MPI $(ompi_info --version 2>/dev/null | sed
 # the best of the rounds per size for side $1: the lowest latency (column 6), the highest
 # bandwidth (column 8): on a shared machine other work only ever adds time to a round
 best() {
-	cat "$out/$1".* | awk -v col="$2" '$1 == "size" { print $2, $col }' |
+	# Open MPI's help text may carry NUL bytes, which awk does not take
+	cat "$out/$1".* | tr -d '\0' | awk -v col="$2" '$1 == "size" { print $2, $col }' |
 		awk -v col="$2" '{ if (!($1 in v) || (col == 6 ? $2 < v[$1] : $2 > v[$1])) v[$1] = $2 }
 			END { for (s in v) print s, v[s] }' | sort -n
 }
@@ -107,9 +108,14 @@ for side in grdma vmtrack; do
 done
 join "$out/best-grdma.lat" "$out/best-vmtrack.lat" >"$out/lat"
 join "$out/best-grdma.bw" "$out/best-vmtrack.bw" >"$out/bw"
+if [ ! -s "$out/lat" ]; then
+	echo "no figure parsed from the jobs' output; their first lines:"
+	head -n 12 "$out"/grdma.0 "$out"/vmtrack.0 | cat -A | cut -c1-200
+	exit 1
+fi
 join "$out/lat" "$out/bw" | awk -v peer="$peer" '
 	BEGIN { printf "%10s %12s %12s %7s %12s %12s %7s\n", "bytes", peer "_us", "vmtrack_us",
 		"ratio", peer "_MB/s", "vmtrack_MB/s", "ratio" }
 	{ printf "%10d %12.2f %12.2f %7.3f %12.3f %12.3f %7.3f\n", $1, $2, $3, $3 / $2, $4, $5,
-		$4 > 0 ? $5 / $4 : 0 }'
+		($4 > 0 ? $5 / $4 : 0) }'
 echo "(ratio: vmtrack / $peer; latency below 1 and bandwidth above 1 favour vmtrack)"
