@@ -2,9 +2,9 @@
  * caches served by vmtrack's shared cache.
  *
  * Under a release other than 1.13 (ucx_release.h) every call goes to libucs with the
- * arguments its caller passed; the module only refuses, when the feed says UCX must not
- * cache (VMT_UCX_UNCACHED, or SYNC with the events not arriving), the rcaches that need unmap
- * events. Under 1.13, an rcache that only asks for UCM_EVENT_VM_UNMAPPED (host memory: UCX's
+ * arguments its caller passed; an rcache that needs unmap events is watched
+ * (rcache_watch.c) under VMT_UCX_WATCH, and refused when the feed says UCX must not cache
+ * (VMT_UCX_UNCACHED, or SYNC with the events not arriving). Under 1.13, an rcache that only asks for UCM_EVENT_VM_UNMAPPED (host memory: UCX's
  * ib md, knem) becomes a device of vmt_shared(): a hit is a vmt_get, no UCX page table, no
  * rwlock, no LRU spinlock. Everything else goes to libucs (rcache_watch.c watches it with
  * kmod or uffd), and keeps getting vmtrack's events from the feed (ucx_feed.c):
@@ -461,16 +461,12 @@ struct get_call {
     uintptr_t a3, a4, a5, a6;       /* the rest, as the caller's release passed them */
 };
 
-/* ucs_rcache_get of an rcache the module does not serve: 1.13's are watched
- * (rcache_watch.c); under any other release libucs's get gets the caller's arguments as they
- * came, whichever of the two lists its release passes. */
+/* ucs_rcache_get of an rcache the module does not serve: a watched one is checked
+ * (rcache_watch.c), the others go to libucs with the caller's arguments as they came,
+ * whichever of the two lists its release passes. */
 static ucs_status_t get_forward(const struct get_call *c)
 {
-    if (ucx_release()->support == UCX_SERVE)
-        return ucx_watch_get(c->rcache, c->address, c->length, (int)c->a3, (void *)c->a4,
-                             (struct ucx_g1_region **)c->a5);
-    ucx_real_resolve();
-    return ucx_real.get_raw(c->rcache, c->address, c->length, c->a3, c->a4, c->a5, c->a6);
+    return ucx_watch_get(c->rcache, c->address, c->length, c->a3, c->a4, c->a5, c->a6);
 }
 
 /* Everything but a memo hit: the request in t_req for dev_reg, then the index and a
@@ -635,6 +631,12 @@ static ucs_status_t create_unserved(const void *params, const char *name, void *
     enum vmt_ucx_mode mode = ucx_feed_mode();
 
     if (events > 0 && (events & UCM_EVENT_VM_UNMAPPED)) {
+        if (mode == VMT_UCX_WATCH) {
+            ucs_status_t st = ucx_watch_create(params, name, stats_parent, rcache_p);
+            if (st == UCS_OK)
+                atomic_fetch_add(&ucx_counters.forwarded, 1);
+            return st;
+        }
         if (mode == VMT_UCX_UNCACHED) {
             atomic_fetch_add(&ucx_counters.refused, 1);
             if (!atomic_exchange(&said, 1))
@@ -688,8 +690,5 @@ VMT_UCX_EXPORT void ucs_rcache_destroy(ucx_rcache_t *rcache)
     if (native_destroy(rcache))
         return;
     ucx_real_resolve();
-    if (ucx_release()->support == UCX_SERVE)
-        ucx_watch_destroy(rcache);
-    else
-        ucx_real.destroy(rcache);
+    ucx_watch_destroy(rcache);
 }

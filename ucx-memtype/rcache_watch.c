@@ -1,6 +1,6 @@
-/* UCX 1.13's own rcaches, watched: every region UCX registers in an rcache the module does
- * not serve (rcache_native.c) is watched by vmtrack's tracker from before UCX registers it
- * until UCX deregisters it, and every hit is checked.
+/* UCX's own rcaches, watched: every region UCX registers in an rcache the module does not
+ * serve (rcache_native.c) is watched by vmtrack's tracker from before UCX registers it until
+ * UCX deregisters it, and every hit is checked.
  *
  * The trackers kmod and uffd only report ranges they watch, and kmod reports asynchronously
  * (the kernel bumps a generation word; vmtrack's own cache compares it on every hit). UCX's
@@ -9,25 +9,45 @@
  *     reg/dereg do nothing; the rcache's mem_reg/mem_dereg are wrapped so that before UCX
  *     registers a region the module takes a registration of exactly that range there (the
  *     tracker watches it from before UCX's registration), released after UCX deregisters it;
- *   - has every hit checked: the region the real ucs_rcache_get returns is looked up in that
- *     private cache (a vmtrack hit: one generation-word compare with kmod). If the watch
- *     fired, vmtrack's miss path delivers the event (-> ucm_vm_munmap) and the module drops
- *     the region and asks UCX again, which re-registers. A region that UCX registered in
- *     this very call is fresh by construction and not checked.
+ *   - has every hit checked: the region found is looked up in that private cache (a vmtrack
+ *     hit: one generation-word compare with kmod). If the watch fired, vmtrack's miss path
+ *     delivers the event (-> ucm_vm_munmap) and the module makes UCX drop the region and
+ *     register anew. A region that UCX registered in this very call is fresh by
+ *     construction and not checked.
  * So UCX hands out a region only if its range was watched continuously since before its
  * registration and no change was reported: what vmtrack's own cache guarantees.
+ *
+ * Where the hits are checked:
+ *   - ucs_rcache_get (every release): the region libucs returns, before the caller sees it;
+ *     a stale one is put back and asked for again.
+ *   - ucs_pgtable_lookup (1.14 on): UCP's cache hits are inline code in libucp
+ *     (ucs_rcache_lookup_unsafe) that never calls ucs_rcache_get, but each calls
+ *     ucs_pgtable_lookup through libucp's PLT. For a page table of a wrapped rcache the
+ *     module checks the region found and, if stale, returns NULL: UCP takes its slow path
+ *     (ucs_rcache_get, checked as above), where libucs drains the invalidation the check
+ *     queued and registers the range anew. The page table of an rcache is learnt when
+ *     libucs's ucs_rcache_create initialises it (ucs_pgtable_init, also through the PLT);
+ *     where that is not seen the rcache is refused (UCX then registers per operation).
+ *     Locks: UCP calls the lookup under its own context lock only; libucs's
+ *     ucs_rcache_get calls it with the page-table lock held for reading, and there the
+ *     module does not check (the get's own check follows). Delivering a change is
+ *     ucm_vm_munmap: UCX's unmap callback queues the range under the rcache's spinlock (1.17
+ *     on, SYNC_EVENTS) or takes the page-table lock only with trywrlock, and defers every
+ *     deregistration to the next get: nothing the lookup's caller holds is waited for.
  *
  * With the hooks tracker (SYNC) the wrap's mem_reg takes the registration on the module's
  * hooks cache instead: it waits while an unmap of the range is in flight, so no thread can
  * register the old pages between the event (sent before the system call) and the unmap -
- * a window UCX's own hooks leave open.
+ * a window UCX's own hooks leave open. Only UCX 1.13 wraps rcaches in SYNC mode.
  *
- * Only under UCX 1.13 (ucx_release.h): from 1.14 on UCP's hits never call ucs_rcache_get. */
+ * The rcache layouts of each release come from ucx_release.c. */
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +61,19 @@
 #include "ucx_release.h"
 #include "vmtrack.h"
 
+typedef void (*ucx_fn)(void);
+typedef ucs_status_t (*mem_reg_fn)(void *ctx, ucx_rcache_t *rc, void *arg, void *region,
+                                   uint16_t flags);
+typedef void (*mem_dereg_fn)(void *ctx, ucx_rcache_t *rc, void *region);
+typedef void (*merge_fn)(void *ctx, ucx_rcache_t *rc, void *arg, void *region);
+typedef void (*dump_fn)(void *ctx, ucx_rcache_t *rc, void *region, char *buf, size_t max);
+
+struct pgt_region {                 /* ucs_pgt_region_t, first in every release's region */
+    uint64_t start, end;
+};
+
+#define MAX_OPS 4
+
 struct wrap {                       /* one per ucs_rcache created while in WATCH mode */
     ucx_rcache_t *rcache;
     struct vmt_cache *wc;           /* WATCH: private watch cache, only this rcache's ranges;
@@ -48,10 +81,11 @@ struct wrap {                       /* one per ucs_rcache created while in WATCH
     int owns_wc;
     struct vmt_device *wd;          /* a do-nothing device on wc */
     _Atomic unsigned gen;           /* fork generation wd was attached in */
-    const struct ucx_g1_ops *orig_ops;
+    const ucx_fn *orig_ops;         /* the caller's ucs_rcache_ops_t, as an array */
     void *orig_ctx;
     size_t tail_off;                /* where our part of the region struct starts */
-    struct ucx_g1_ops ops;           /* what UCX calls: ours, forwarding to orig_ops */
+    const void *pgtable;            /* the rcache's page table (1.14 on) */
+    ucx_fn ops[MAX_OPS];            /* what UCX calls: ours, forwarding to orig_ops */
 };
 
 struct region_tail {                /* appended to every region of a wrapped rcache */
@@ -64,14 +98,22 @@ struct region_tail {                /* appended to every region of a wrapped rca
 static struct {
     pthread_mutex_t lock;           /* wrap table changes */
     _Atomic(struct wrap *) wraps[MAX_WRAPS];
+    _Atomic(const void *) pgtables[MAX_WRAPS];  /* wraps[i]'s page table, for the lookup */
     _Atomic int nwraps;             /* high-water mark of wraps[] */
+    _Atomic int lookups_checked;    /* 1.14 on in WATCH mode: ucs_pgtable_lookup checks */
+    void *(*lookup)(const void *pgtable, uintptr_t address);
+    ucs_status_t (*pgt_init)(void *pgtable, void *alloc_cb, void *release_cb);
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Thread-local: set by our null device's reg (a vmtrack miss happened) and by the mem_reg
- * wrapper (the region UCX registered during the current ucs_rcache_get). */
+/* Thread-local: set by our null device's reg (a vmtrack miss happened), by the mem_reg
+ * wrapper (the region UCX registered during the current ucs_rcache_get), inside the module's
+ * ucs_rcache_get (no lookup check there), and inside ucs_rcache_create (whose page table
+ * ucs_pgtable_init names). */
 static __thread int t_watch_miss;
 static __thread int t_validating;
-static __thread struct ucx_g1_region *t_fresh;
+static __thread int t_in_get;
+static __thread void *t_fresh;
+static __thread struct wrap *t_creating;
 
 /* ---- the watch device: registrations that only make vmtrack watch a range ------------- */
 static int watch_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
@@ -138,18 +180,31 @@ static struct wrap *find_wrap(const ucx_rcache_t *rcache)
     return NULL;
 }
 
-static struct region_tail *tail_of(const struct wrap *w, struct ucx_g1_region *region)
+/* The wrap whose page table this is; the page tables are compared in an array that is never
+ * freed, so a lookup in another rcache never reads a wrap being destroyed. */
+static struct wrap *find_wrap_of_pgtable(const void *pgtable)
+{
+    int n = atomic_load_explicit(&g.nwraps, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&g.pgtables[i], memory_order_relaxed) == pgtable)
+            return atomic_load_explicit(&g.wraps[i], memory_order_acquire);
+    return NULL;
+}
+
+static struct region_tail *tail_of(const struct wrap *w, void *region)
 {
     return (struct region_tail *)((char *)region + w->tail_off);
 }
 
-static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg,
-                              struct ucx_g1_region *region, uint16_t flags)
+static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg, void *region,
+                              uint16_t flags)
 {
     struct wrap *w = context;
     struct region_tail *t = tail_of(w, region);
     struct vmt_device *dev = watch_device(w);
-    size_t len = region->super.end - region->super.start;
+    struct pgt_region *pr = region;
+    mem_reg_fn orig = (mem_reg_fn)w->orig_ops[0];
+    size_t len = pr->end - pr->start;
     struct vmt_reg *watch = NULL;
     ucs_status_t st;
     int ret;
@@ -157,24 +212,24 @@ static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg,
     if (!dev) {
         if (!(flags & UCX_G1_MEM_REG_HIDE_ERRORS))
             ucx_log(0, "no watch device (after fork?): refusing to register %#lx+%zu",
-                 (unsigned long)region->super.start, len);
+                 (unsigned long)pr->start, len);
         return UCS_ERR_IO_ERROR;
     }
     /* Watch first, then register: a change after this point is reported. (SYNC: this
      * waits while an unmap of the range is in flight, then needs nothing more.) */
-    ret = vmt_get(dev, (void *)region->super.start, len, VMT_ACCESS_READ, &watch);
+    ret = vmt_get(dev, (void *)pr->start, len, VMT_ACCESS_READ, &watch);
     if (ret < 0) {
         if (!(flags & UCX_G1_MEM_REG_HIDE_ERRORS))
-            ucx_log(1, "cannot watch %#lx+%zu: %s", (unsigned long)region->super.start, len,
+            ucx_log(1, "cannot watch %#lx+%zu: %s", (unsigned long)pr->start, len,
                  vmt_strerror(ret));
         return vmt_ucx_errno_to_status(ret);
     }
     if (!w->owns_wc) {
         vmt_put(watch);
         t->watch = NULL;
-        return w->orig_ops->mem_reg(w->orig_ctx, rcache, arg, region, flags);
+        return orig(w->orig_ctx, rcache, arg, region, flags);
     }
-    st = w->orig_ops->mem_reg(w->orig_ctx, rcache, arg, region, flags);
+    st = orig(w->orig_ctx, rcache, arg, region, flags);
     if (st != UCS_OK) {
         vmt_put(watch);
         return st;
@@ -186,24 +241,34 @@ static ucs_status_t w_mem_reg(void *context, ucx_rcache_t *rcache, void *arg,
     return UCS_OK;
 }
 
-static void w_mem_dereg(void *context, ucx_rcache_t *rcache, struct ucx_g1_region *region)
+static void w_mem_dereg(void *context, ucx_rcache_t *rcache, void *region)
 {
     struct wrap *w = context;
     struct region_tail *t = tail_of(w, region);
 
-    w->orig_ops->mem_dereg(w->orig_ctx, rcache, region);
+    ((mem_dereg_fn)w->orig_ops[1])(w->orig_ctx, rcache, region);
     /* a watch taken before fork() belongs to the parent's cache: never touch it here */
     if (t->watch && t->gen == ucx_feed_fork_gen())
         vmt_put(t->watch);
     t->watch = NULL;
 }
 
-static void w_dump_region(void *context, ucx_rcache_t *rcache, struct ucx_g1_region *region,
-                          char *buf, size_t max)
+/* 1.18 on: a region merged into a new one (libucs drops it after; its watch goes then) */
+static void w_merge(void *context, ucx_rcache_t *rcache, void *arg, void *region)
 {
     struct wrap *w = context;
-    if (w->orig_ops->dump_region)
-        w->orig_ops->dump_region(w->orig_ctx, rcache, region, buf, max);
+    merge_fn orig = (merge_fn)w->orig_ops[ucx_release_layout()->merge];
+    if (orig)
+        orig(w->orig_ctx, rcache, arg, region);
+}
+
+static void w_dump_region(void *context, ucx_rcache_t *rcache, void *region, char *buf,
+                          size_t max)
+{
+    struct wrap *w = context;
+    dump_fn orig = (dump_fn)w->orig_ops[ucx_release_layout()->dump_region];
+    if (orig)
+        orig(w->orig_ctx, rcache, region, buf, max);
     else if (max)
         buf[0] = '\0';
 }
@@ -254,29 +319,47 @@ static ucs_status_t wrap_open_watch(struct wrap *w, const char *name)
     return UCS_OK;
 }
 
-/* The caller's params with the wrap's ops and context, and room for the region's tail. */
-static void wrap_params(struct wrap *w, const struct ucx_g1_params *params,
-                        struct ucx_g1_params *p)
+static void set_field(void *params, size_t off, const void *v, size_t len)
 {
-    *p = *params;
-    w->orig_ops = params->ops;
-    w->orig_ctx = params->context;
-    w->tail_off = (params->region_struct_size + _Alignof(struct region_tail) - 1) /
-                  _Alignof(struct region_tail) * _Alignof(struct region_tail);
-    w->ops.mem_reg = w_mem_reg;
-    w->ops.mem_dereg = w_mem_dereg;
-    w->ops.dump_region = w_dump_region;
-    p->ops = &w->ops;
-    p->context = w;
-    p->region_struct_size = w->tail_off + sizeof(struct region_tail);
-    if (w->owns_wc) {
+    memcpy((char *)params + off, v, len);
+}
+
+/* The caller's params (copied into p, the release's size) with the wrap's ops and context,
+ * and room for the region's tail. */
+static void wrap_params(struct wrap *w, const struct ucx_layout *l, const void *params, void *p)
+{
+    const ucx_fn *ops;
+    void *ctx = w;
+    size_t size;
+
+    memcpy(p, params, l->params_size);
+    memcpy(&size, (const char *)params + l->region_struct_size, sizeof(size));
+    memcpy(&ops, (const char *)params + l->ops, sizeof(ops));
+    memcpy(&w->orig_ctx, (const char *)params + l->context, sizeof(w->orig_ctx));
+    w->orig_ops = ops;
+    w->tail_off = (size + _Alignof(struct region_tail) - 1) / _Alignof(struct region_tail) *
+                  _Alignof(struct region_tail);
+    w->ops[0] = (ucx_fn)w_mem_reg;
+    w->ops[1] = (ucx_fn)w_mem_dereg;
+    if (l->merge >= 0)
+        w->ops[l->merge] = (ucx_fn)w_merge;
+    w->ops[l->dump_region] = (ucx_fn)w_dump_region;
+    ops = w->ops;
+    set_field(p, l->ops, &ops, sizeof(ops));
+    set_field(p, l->context, &ctx, sizeof(ctx));
+    size = w->tail_off + sizeof(struct region_tail);
+    set_field(p, l->region_struct_size, &size, sizeof(size));
+    if (w->owns_wc && l->alignment != SIZE_MAX) {
         /* vmtrack watches whole pages. UCX's ib md aligns regions to 16 bytes, so two of its
          * regions may share a page; their watches would then overlap and, in a cache that
          * does not merge, drop each other on every registration. Page-aligned regions never
-         * share a page (UCX merges overlapping ones), and ibv_reg_mr pins whole pages anyway. */
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        if (p->alignment < page && p->max_alignment >= page)
-            p->alignment = page;
+         * share a page (UCX merges overlapping ones), and ibv_reg_mr pins whole pages anyway.
+         * From 1.17 on the alignment is ucs_rcache_get's argument (ucx_watch_get). */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), align, max_align;
+        memcpy(&align, (char *)p + l->alignment, sizeof(align));
+        memcpy(&max_align, (char *)p + l->max_alignment, sizeof(max_align));
+        if (align < page && max_align >= page)
+            set_field(p, l->alignment, &page, sizeof(page));
     }
 }
 
@@ -296,6 +379,7 @@ static int publish_wrap(struct wrap *w)
     int slot = free_wrap_slot();
     if (slot >= 0) {
         atomic_store_explicit(&g.wraps[slot], w, memory_order_release);
+        atomic_store_explicit(&g.pgtables[slot], w->pgtable, memory_order_release);
         if (slot + 1 > atomic_load(&g.nwraps))
             atomic_store_explicit(&g.nwraps, slot + 1, memory_order_release);
     }
@@ -303,13 +387,35 @@ static int publish_wrap(struct wrap *w)
     return slot >= 0;
 }
 
-ucs_status_t ucx_watch_create(const struct ucx_g1_params *params, const char *name,
-                              void *stats_parent, ucx_rcache_t **rcache_p)
+/* The rcache exists; 1.14 on it is usable only if its page table was seen (every UCP hit is
+ * checked there). Else it is destroyed again and refused: UCX registers per operation. */
+static ucs_status_t wrap_check_pgtable(struct wrap *w, const char *name)
 {
-    struct ucx_g1_params p;
+    static _Atomic int said;
+
+    if (ucx_release()->support == UCX_SERVE || w->pgtable)
+        return UCS_OK;
+    if (!atomic_exchange(&said, 1))
+        ucx_log(0, "UCX %s: the page table of UCX's registration cache \"%s\" was not seen "
+                "(libucs calls ucs_pgtable_init without its PLT?), so UCP's hits could not "
+                "be checked: refusing it, UCX registers per operation", ucx_release()->name,
+                name ? name : "?");
+    atomic_fetch_add(&ucx_counters.refused, 1);
+    ucx_real.destroy(w->rcache);
+    return UCS_ERR_UNSUPPORTED;
+}
+
+ucs_status_t ucx_watch_create(const void *params, const char *name, void *stats_parent,
+                              ucx_rcache_t **rcache_p)
+{
+    const struct ucx_layout *l = ucx_release_layout();
+    unsigned char p[128];
     struct wrap *w;
     ucs_status_t st;
 
+    _Static_assert(sizeof(p) >= 80, "room for every release's params");
+    if (!l || l->params_size > sizeof(p) || l->nops > MAX_OPS)
+        return UCS_ERR_UNSUPPORTED;
     w = calloc(1, sizeof(*w));
     if (!w)
         return UCS_ERR_NO_MEMORY;
@@ -318,7 +424,7 @@ ucs_status_t ucx_watch_create(const struct ucx_g1_params *params, const char *na
         free(w);
         return st;
     }
-    wrap_params(w, params, &p);
+    wrap_params(w, l, params, p);
     pthread_mutex_lock(&g.lock);
     int room = free_wrap_slot() >= 0;
     pthread_mutex_unlock(&g.lock);
@@ -328,7 +434,17 @@ ucs_status_t ucx_watch_create(const struct ucx_g1_params *params, const char *na
         wrap_free(w);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
-    st = ucx_real.create(&p, name, stats_parent, &w->rcache);
+    if (ucx_release()->support == UCX_CHECK) {
+        /* ucx_feed.c chose WATCH only where libucs has both and lookups reach this module */
+        g.lookup = (__typeof__(g.lookup))dlsym(RTLD_NEXT, "ucs_pgtable_lookup");
+        g.pgt_init = (__typeof__(g.pgt_init))dlsym(RTLD_NEXT, "ucs_pgtable_init");
+        atomic_store(&g.lookups_checked, 1);
+    }
+    t_creating = w;
+    st = ucx_real.create(p, name, stats_parent, &w->rcache);
+    t_creating = NULL;
+    if (st == UCS_OK)
+        st = wrap_check_pgtable(w, name);
     if (st != UCS_OK) {
         wrap_free(w);
         return st;
@@ -343,6 +459,7 @@ ucs_status_t ucx_watch_create(const struct ucx_g1_params *params, const char *na
     *rcache_p = w->rcache;
     return UCS_OK;
 }
+
 void ucx_watch_destroy(ucx_rcache_t *rcache)
 {
     struct wrap *w = find_wrap(rcache);
@@ -352,68 +469,118 @@ void ucx_watch_destroy(ucx_rcache_t *rcache)
         return;
     pthread_mutex_lock(&g.lock);
     for (int i = 0; i < MAX_WRAPS; i++)
-        if (atomic_load(&g.wraps[i]) == w)
+        if (atomic_load(&g.wraps[i]) == w) {
+            atomic_store(&g.pgtables[i], NULL);
             atomic_store(&g.wraps[i], NULL);
+        }
     pthread_mutex_unlock(&g.lock);
     /* a concurrent ucs_rcache_get on a cache being destroyed is a caller bug, as in UCX */
     wrap_free(w);
 }
 
-ucs_status_t ucx_watch_get(ucx_rcache_t *rcache, void *address, size_t length, int prot,
-                              void *arg, struct ucx_g1_region **region_p)
+/* ---- the check of a hit ------------------------------------------------------------- */
+enum freshness { FRESH, STALE, LOOK_AGAIN };
+
+/* Whether region r of w may be handed out: FRESH if its watch has been in place since before
+ * UCX registered it and has not fired; STALE (the change given to UCX: every rcache drops the
+ * range) if not; LOOK_AGAIN if an event arrived while we looked, which may concern it. */
+static enum freshness region_fresh(struct wrap *w, void *r)
 {
+    uint64_t seen = ucx_feed_events();
+    struct region_tail *t = tail_of(w, r);
+    struct pgt_region *pr = r;
+    struct vmt_device *dev = watch_device(w);
+    struct vmt_reg *v = NULL;
+    int stale, ret;
+
+    stale = !dev || !t->watch || t->gen != ucx_feed_fork_gen();
+    if (!stale) {
+        /* A vmtrack hit checks the watch (kmod: the generation word). If it fired,
+         * vmtrack's miss path delivers the event to UCX and our device sees a miss. */
+        t_watch_miss = 0;
+        t_validating = 1;
+        ret = vmt_get(dev, (void *)pr->start, pr->end - pr->start, VMT_ACCESS_READ, &v);
+        t_validating = 0;
+        if (ret == 0)
+            vmt_put(v);
+        stale = ret < 0 || t_watch_miss;
+        if (!stale)
+            return ucx_feed_events() == seen ? FRESH : LOOK_AGAIN;
+    }
+    /* The region was not watched all along, or its watch fired: make sure every rcache drops
+     * it (the event may still be on its way). */
+    ucm_vm_munmap((void *)pr->start, pr->end - pr->start);
+    atomic_fetch_add_explicit(&ucx_counters.stale, 1, memory_order_relaxed);
+    ucx_feed_note_event();
+    return STALE;
+}
+
+/* ucs_rcache_get with the caller's arguments as its release passed them (rcache_native.c's
+ * export): 1.13-1.16 (rcache, address, length, int prot, arg, region_p), 1.17 on (rcache,
+ * address, length, size_t alignment, int prot, arg, region_p). A wrapped rcache's region is
+ * checked before the caller sees it. */
+ucs_status_t ucx_watch_get(ucx_rcache_t *rcache, void *address, size_t length, uintptr_t a3,
+                           uintptr_t a4, uintptr_t a5, uintptr_t a6)
+{
+    int with_alignment = ucx_release()->api != UCX_RCACHE_API_113;
+    void **region_p = (void **)(with_alignment ? a6 : a5);
     struct wrap *w;
     ucs_status_t st;
 
-    if (ucx_feed_mode() != VMT_UCX_WATCH || !(w = find_wrap(rcache))) {
-        ucx_real_resolve();
-        return ucx_real.get_g1(rcache, address, length, prot, arg, region_p);
-    }
+    ucx_real_resolve();
+    if (ucx_feed_mode() != VMT_UCX_WATCH || !(w = find_wrap(rcache)))
+        return ucx_real.get_raw(rcache, address, length, a3, a4, a5, a6);
+    if (with_alignment && a3 < (uintptr_t)sysconf(_SC_PAGESIZE))
+        a3 = (uintptr_t)sysconf(_SC_PAGESIZE);      /* whole pages: see wrap_params */
 
     for (;;) {
-        uint64_t seen = ucx_feed_events();
-        struct ucx_g1_region *r;
-        struct region_tail *t;
-        struct vmt_device *dev;
-        struct vmt_reg *v = NULL;
-        int ret, stale;
-
         t_fresh = NULL;
-        st = ucx_real.get_g1(rcache, address, length, prot, arg, region_p);
-        if (st != UCS_OK)
-            return st;
-        r = *region_p;
-        if (r == t_fresh)
-            return UCS_OK;          /* registered just now, watched since before */
-
-        t = tail_of(w, r);
-        dev = watch_device(w);
-        stale = !dev || !t->watch || t->gen != ucx_feed_fork_gen();
-        if (!stale) {
-            /* A vmtrack hit checks the watch (kmod: the generation word). If it fired,
-             * vmtrack's miss path delivers the event to UCX and our device sees a miss. */
-            t_watch_miss = 0;
-            t_validating = 1;
-            ret = vmt_get(dev, (void *)r->super.start, r->super.end - r->super.start,
-                          VMT_ACCESS_READ, &v);
-            t_validating = 0;
-            if (ret == 0)
-                vmt_put(v);
-            stale = ret < 0 || t_watch_miss;
-            if (!stale &&
-                ucx_feed_events() == seen)
-                return UCS_OK;
-        }
-        if (stale) {
-            /* The region was not watched all along, or its watch fired: make sure every
-             * rcache drops it (the event may still be on its way), then ask again. */
-            ucm_vm_munmap((void *)r->super.start, r->super.end - r->super.start);
-            atomic_fetch_add_explicit(&ucx_counters.stale, 1, memory_order_relaxed);
-            ucx_feed_note_event();
-        }
-        /* else an event arrived while we looked: it may concern this region, look again */
-        ucx_real.put(rcache, r);
+        t_in_get++;
+        st = ucx_real.get_raw(rcache, address, length, a3, a4, a5, a6);
+        t_in_get--;
+        if (st != UCS_OK || *region_p == t_fresh)
+            return st;      /* an error, or registered just now: watched since before */
+        if (region_fresh(w, *region_p) == FRESH)
+            return UCS_OK;
+        ucx_real.put(rcache, *region_p);
     }
+}
+
+/* ---- UCP's inline hits (1.14 on) ---------------------------------------------------- */
+VMT_UCX_EXPORT ucs_status_t ucs_pgtable_init(void *pgtable, void *alloc_cb, void *release_cb)
+{
+    struct wrap *w = t_creating;
+
+    if (!g.pgt_init)
+        g.pgt_init = (__typeof__(g.pgt_init))dlsym(RTLD_NEXT, "ucs_pgtable_init");
+    if (!g.pgt_init)
+        return UCS_ERR_UNSUPPORTED;
+    if (w && !w->pgtable)
+        w->pgtable = pgtable;       /* the first page table of the rcache being created */
+    return g.pgt_init(pgtable, alloc_cb, release_cb);
+}
+
+VMT_UCX_EXPORT void *ucs_pgtable_lookup(const void *pgtable, uintptr_t address)
+{
+    void *(*lookup)(const void *, uintptr_t) = g.lookup;
+    struct wrap *w;
+    void *r;
+
+    if (__builtin_expect(!lookup, 0)) {
+        lookup = (__typeof__(lookup))dlsym(RTLD_NEXT, "ucs_pgtable_lookup");
+        if (!lookup)
+            return NULL;
+    }
+    r = lookup(pgtable, address);
+    if (!r || !atomic_load_explicit(&g.lookups_checked, memory_order_relaxed) || t_in_get ||
+        !(w = find_wrap_of_pgtable(pgtable)))
+        return r;
+    /* A registered region always has its watch (mem_reg sets it); one without is being
+     * registered, or failed to: UCX's own test of the region turns it down. */
+    if (!tail_of(w, r)->watch)
+        return r;
+    /* Stale, or an event to look at first: UCP's slow path (ucs_rcache_get) asks again. */
+    return region_fresh(w, r) == FRESH ? r : NULL;
 }
 
 /* The wrap table's lock may have been held by another thread at fork(). */

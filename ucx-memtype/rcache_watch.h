@@ -1,19 +1,24 @@
-/* UCX 1.13's own rcaches with every region watched and every hit checked (rcache_watch.c).
- * Only called under UCX_SERVE (ucx_release.h), with 1.13-1.16's layouts. */
+/* UCX's own rcaches with every region watched and every hit checked (rcache_watch.c): under
+ * UCX 1.13 (UCX_SERVE) the rcaches the module does not serve, from 1.14 on (UCX_CHECK) UCP's
+ * own cache and every other one that needs unmap events. The release's layouts come from
+ * ucx_release.c. */
 #ifndef VMTRACK_UCX_RCACHE_WATCH_H
 #define VMTRACK_UCX_RCACHE_WATCH_H
 
 #include <errno.h>
+#include <stdint.h>
 
 #include "ucx_release.h"
 
 /* A libucs rcache whose regions are watched (WATCH) or registered after unmaps in flight
- * (SYNC): ucs_rcache_create's arguments and result. */
-ucs_status_t ucx_watch_create(const struct ucx_g1_params *params, const char *name,
-                              void *stats_parent, ucx_rcache_t **rcache_p);
-/* ucs_rcache_get of a libucs rcache: checked if it is watched, else libucs's. */
-ucs_status_t ucx_watch_get(ucx_rcache_t *rcache, void *address, size_t length, int prot,
-                           void *arg, struct ucx_g1_region **region_p);
+ * (SYNC): ucs_rcache_create's arguments (params of the running release) and result. From
+ * 1.14 on UCS_ERR_UNSUPPORTED when its hits could not be checked (said once). */
+ucs_status_t ucx_watch_create(const void *params, const char *name, void *stats_parent,
+                              ucx_rcache_t **rcache_p);
+/* ucs_rcache_get of a libucs rcache, with the arguments as the running release passed them:
+ * checked if it is watched, else libucs's. */
+ucs_status_t ucx_watch_get(ucx_rcache_t *rcache, void *address, size_t length, uintptr_t a3,
+                           uintptr_t a4, uintptr_t a5, uintptr_t a6);
 /* ucs_rcache_destroy of a libucs rcache, watched or not. */
 void ucx_watch_destroy(ucx_rcache_t *rcache);
 

@@ -10,13 +10,16 @@
  *    rcache's unmapped callback. The subscriber runs in the unmapping thread before the
  *    system call: the guarantee UCX's own hooks give, from the one patcher in the process
  *    (VMT_UCX_SYNC).
- *  - a tracker that reports only the ranges it watches (kmod, uffd) on UCX 1.13, where every
- *    cache lookup calls ucs_rcache_get: UCX's regions are watched and checked on every hit
- *    (rcache_watch.c), or served from vmt_shared() (rcache_native.c) (VMT_UCX_WATCH).
- *  - the same trackers on UCX 1.14 on, where UCP's cache hits are inline code in libucp that
- *    no interposer reaches: no hit could be checked, so UCX gets no cache that depends on
- *    unmap events (rcache_native.c refuses their creation) and registers per operation:
- *    slower, never stale (VMT_UCX_UNCACHED).
+ *  - a tracker that reports only the ranges it watches (kmod, uffd): UCX's regions are
+ *    watched and checked on every hit (rcache_watch.c), or on UCX 1.13 served from
+ *    vmt_shared() (rcache_native.c) (VMT_UCX_WATCH). From 1.14 on UCP's hits are inline code
+ *    in libucp; they are checked where they call ucs_pgtable_lookup, which needs the
+ *    module's lookup to be the one the process calls (preloaded, or linked before libucs)
+ *    and UCX's own hooks not installed.
+ *  - the same trackers where those checks cannot be set up (1.14 on): no hit could be
+ *    checked, so UCX gets no cache that depends on unmap events (rcache_native.c refuses
+ *    their creation) and registers per operation: slower, never stale (VMT_UCX_UNCACHED).
+ *    Said once, with the reason.
  *
  * Nothing here allocates or takes a lock inside the event callback beyond what ucm_vm_munmap
  * itself does (UCX's own hooks call the same path from inside munmap). */
@@ -193,8 +196,31 @@ static int env_allows(void)
     return -EINVAL;
 }
 
+/* kmod or uffd from 1.14 on: WATCH where UCP's hits can be checked, else UNCACHED (why in
+ * g.why, said once). */
+static enum vmt_ucx_mode watch_or_uncached(const struct ucx_release *rel, int patched)
+{
+    char why[200];
+
+    if (rel->support == UCX_SERVE)
+        return VMT_UCX_WATCH;
+    const char *env = getenv("VMTRACK_UCX_CHECK");
+
+    if (patched)
+        snprintf(why, sizeof(why), "UCX's ucm patched libc at startup (start the process "
+                 "with UCX_MEM_MMAP_HOOK_MODE=none for UCP's cache)");
+    else if (env && !strcmp(env, "0"))
+        snprintf(why, sizeof(why), "VMTRACK_UCX_CHECK=0");
+    else if (ucx_release_lookups_reach_module(why, sizeof(why)) == 0)
+        return VMT_UCX_WATCH;
+    snprintf(g.why, sizeof(g.why), "UCX %.16s: UCP's cache hits cannot be checked (%.100s): UCX "
+             "gets no cache needing unmap events, registers per operation", rel->name, why);
+    ucx_log(1, "%s", g.why);
+    return VMT_UCX_UNCACHED;
+}
+
 /* The mode for vmtrack's tracker under this release, and what SYNC mode needs. */
-static int choose_mode(const struct ucx_release *rel, const char *tracker)
+static int choose_mode(const struct ucx_release *rel, const char *tracker, int patched)
 {
     int ret;
 
@@ -220,20 +246,20 @@ static int choose_mode(const struct ucx_release *rel, const char *tracker)
         ucx_log(2, "%s", g.why);
         return -ENOTSUP;
     }
-    atomic_store(&g.mode, rel->support == UCX_SERVE ? VMT_UCX_WATCH : VMT_UCX_UNCACHED);
+    atomic_store(&g.mode, watch_or_uncached(rel, patched));
     return 0;
 }
 
-static const char *mode_summary(enum vmt_ucx_mode mode)
+static const char *mode_summary(const struct ucx_release *rel, enum vmt_ucx_mode mode)
 {
     switch (mode) {
     case VMT_UCX_SYNC:
         return "UCX's caches get every unmap from vmtrack's hooks, before the system call";
     case VMT_UCX_WATCH:
-        return "UCX's regions are watched by vmtrack's tracker and checked on every hit";
-    case VMT_UCX_UNCACHED:
-        return "UCP's cache hits cannot be checked against this tracker: UCX gets no cache "
-               "that needs unmap events and registers per operation";
+        return rel->support == UCX_SERVE
+                   ? "UCX's regions are watched by vmtrack's tracker and checked on every hit"
+                   : "UCP's cache stays on; its regions are watched by vmtrack's tracker and "
+                     "every hit is checked (ucs_pgtable_lookup, ucs_rcache_get)";
     default:
         return "off";
     }
@@ -263,8 +289,8 @@ static int init_locked(void)
     ret = env_allows();
     if (ret < 0)
         return ret;
-    /* Under 1.14 on with kmod or uffd (UNCACHED) UCX's own hooks harm nobody: those trackers
-     * patch nothing and UCX gets no cache that needs them. Which tracker is known only below. */
+    /* Under 1.14 on with kmod or uffd UCX's own hooks only cost UCP's cache (UNCACHED): those
+     * trackers patch nothing. Which tracker is known only below. */
     patched = ucm_patched_libc();
     if (patched && rel->support == UCX_SERVE)
         return off_because_patched();
@@ -287,7 +313,7 @@ static int init_locked(void)
     tracker = vmt_cache_tracker(g.shared);
     if (patched && !strcmp(tracker, "hooks"))
         return off_because_patched();
-    ret = choose_mode(rel, tracker);
+    ret = choose_mode(rel, tracker, patched);
     if (ret < 0)
         return ret;
 
@@ -305,7 +331,9 @@ static int init_locked(void)
         ucm_global_opts.mmap_hook_mode = UCM_MMAP_HOOK_NONE;
     }
     snprintf(g.tracker, sizeof(g.tracker), "%s", tracker);
-    snprintf(g.why, sizeof(g.why), "UCX %s: %s", rel->name, mode_summary(atomic_load(&g.mode)));
+    if (atomic_load(&g.mode) != VMT_UCX_UNCACHED)   /* else g.why says why not cached */
+        snprintf(g.why, sizeof(g.why), "UCX %s: %s", rel->name,
+                 mode_summary(rel, atomic_load(&g.mode)));
     pthread_atfork(NULL, NULL, atfork_child);
     ucx_log(2, "on, tracker %s: %s", g.tracker, g.why);
     return 0;

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,16 +21,16 @@ struct known_minor {
 };
 static const struct known_minor known[] = {
     {13, UCX_RCACHE_API_113, UCX_SERVE},
-    {14, UCX_RCACHE_API_113, UCX_FEED},
-    {15, UCX_RCACHE_API_113, UCX_FEED},
-    {16, UCX_RCACHE_API_113, UCX_FEED},
-    {17, UCX_RCACHE_API_117, UCX_FEED},
-    {18, UCX_RCACHE_API_118, UCX_FEED},
-    {19, UCX_RCACHE_API_118, UCX_FEED},
-    {20, UCX_RCACHE_API_118, UCX_FEED},
-    {21, UCX_RCACHE_API_118, UCX_FEED},
-    {22, UCX_RCACHE_API_118, UCX_FEED},
-    {23, UCX_RCACHE_API_118, UCX_FEED},
+    {14, UCX_RCACHE_API_113, UCX_CHECK},
+    {15, UCX_RCACHE_API_113, UCX_CHECK},
+    {16, UCX_RCACHE_API_113, UCX_CHECK},
+    {17, UCX_RCACHE_API_117, UCX_CHECK},
+    {18, UCX_RCACHE_API_118, UCX_CHECK},
+    {19, UCX_RCACHE_API_118, UCX_CHECK},
+    {20, UCX_RCACHE_API_118, UCX_CHECK},
+    {21, UCX_RCACHE_API_118, UCX_CHECK},
+    {22, UCX_RCACHE_API_118, UCX_CHECK},
+    {23, UCX_RCACHE_API_118, UCX_CHECK},
 };
 
 void ucx_release_classify(unsigned major, unsigned minor, unsigned patch, struct ucx_release *r)
@@ -58,10 +59,13 @@ void ucx_release_describe(const struct ucx_release *r, char *buf, size_t len)
                  "vmtrack's shared cache (its budget, vmt_stats) and feeds or watches the "
                  "others, with every tracker", r->name);
         break;
-    case UCX_FEED:
-        snprintf(buf, len, "UCX %s: libvmtrack-ucx feeds UCP's own cache with the hooks "
-                 "tracker (UCX's registrations stay outside vmtrack's budget); with kmod or "
-                 "uffd UCX gets no cache and registers per operation", r->name);
+    case UCX_CHECK:
+        snprintf(buf, len, "UCX %s: libvmtrack-ucx keeps UCP's own cache (UCX's registrations "
+                 "stay outside vmtrack's budget) and feeds it vmtrack's events with the hooks "
+                 "tracker; with kmod or uffd it watches every region UCP registers and checks "
+                 "every UCP cache hit (ucs_pgtable_lookup), or, where that cannot be set up "
+                 "(the module not preloaded or linked before libucs), keeps UCX from caching",
+                 r->name);
         break;
     default:
         snprintf(buf, len, "%s: libvmtrack-ucx stays out of UCX's way",
@@ -129,19 +133,56 @@ const struct ucx_release *ucx_release(void)
     return &rel;
 }
 
+/* ucs_rcache_params_t and ucs_rcache_ops_t per API generation: 1.13-1.16 (params with
+ * alignment and max_alignment; ops mem_reg, mem_dereg, dump_region), 1.17 (params without
+ * them), 1.18 on (ops gain merge before dump_region). */
+static const struct ucx_layout layouts[] = {
+    [UCX_RCACHE_API_113] = {.params_size = 80, .region_struct_size = 0, .alignment = 8,
+                            .max_alignment = 16, .ucm_events = 24, .ops = 32, .context = 40,
+                            .nops = 3, .merge = -1, .dump_region = 2},
+    [UCX_RCACHE_API_117] = {.params_size = 64, .region_struct_size = 0, .alignment = SIZE_MAX,
+                            .max_alignment = SIZE_MAX, .ucm_events = 8, .ops = 16,
+                            .context = 24, .nops = 3, .merge = -1, .dump_region = 2},
+    [UCX_RCACHE_API_118] = {.params_size = 64, .region_struct_size = 0, .alignment = SIZE_MAX,
+                            .max_alignment = SIZE_MAX, .ucm_events = 8, .ops = 16,
+                            .context = 24, .nops = 4, .merge = 2, .dump_region = 3},
+};
+
+const struct ucx_layout *ucx_release_layout(void)
+{
+    const struct ucx_release *r = ucx_release();
+    return r->support == UCX_UNKNOWN ? NULL : &layouts[r->api];
+}
+
 /* ucm_events sits after region_struct_size, alignment and max_alignment in 1.13-1.16, after
  * region_struct_size alone from 1.17 on. */
 int ucx_release_params_events(const void *params)
 {
-    const struct ucx_release *r = ucx_release();
-    const char *p = params;
+    const struct ucx_layout *l = ucx_release_layout();
     int events;
 
-    if (!p || r->support == UCX_UNKNOWN)
+    if (!params || !l)
         return -1;
-    memcpy(&events, p + (r->api == UCX_RCACHE_API_113 ? 3 : 1) * sizeof(size_t),
-           sizeof(events));
+    memcpy(&events, (const char *)params + l->ucm_events, sizeof(events));
     return events;
+}
+
+int ucx_release_lookups_reach_module(char *why, size_t len)
+{
+    void *found = dlsym(RTLD_DEFAULT, "ucs_pgtable_lookup");
+    Dl_info at, mine;
+
+    if (!dlsym(RTLD_NEXT, "ucs_pgtable_lookup") || !dlsym(RTLD_NEXT, "ucs_pgtable_init")) {
+        snprintf(why, len, "libucs has no ucs_pgtable_lookup or ucs_pgtable_init");
+        return -ENOENT;
+    }
+    if (!found || !dladdr(found, &at) || !dladdr((void *)ucx_release_lookups_reach_module, &mine) ||
+        at.dli_fbase != mine.dli_fbase) {
+        snprintf(why, len, "UCP's cache lookups do not reach libvmtrack-ucx (loaded after "
+                 "libucs: preload it, or link it before -lucs)");
+        return -ENOTSUP;
+    }
+    return 0;
 }
 
 struct ucx_real ucx_real;
@@ -185,4 +226,28 @@ _Static_assert(sizeof(struct ucx_g1_ops) == sizeof(ucs_rcache_ops_t), "ops");
 _Static_assert(UCX_G1_MIN_ALIGNMENT == UCS_RCACHE_MIN_ALIGNMENT, "alignment");
 _Static_assert(UCX_G1_MEM_REG_HIDE_ERRORS == UCS_RCACHE_MEM_REG_HIDE_ERRORS, "hide errors");
 _Static_assert(UCX_G1_FLAG_PURGE_ON_FORK == UCS_RCACHE_FLAG_PURGE_ON_FORK, "purge on fork");
+#define API_NOW UCX_RCACHE_API_113
+#elif UCP_API_MAJOR == 1 && UCP_API_MINOR == 17
+#define API_NOW UCX_RCACHE_API_117
+#elif UCP_API_MAJOR == 1 && UCP_API_MINOR <= 23
+#define API_NOW UCX_RCACHE_API_118
+#endif
+/* Built against any known release, that release's row is checked against UCX's headers. */
+#ifdef API_NOW
+#include <ucs/memory/rcache.h>
+#define AT(f, off) _Static_assert(offsetof(ucs_rcache_params_t, f) == (off), #f)
+/* the same numbers as layouts[] above */
+_Static_assert(sizeof(ucs_rcache_params_t) == (API_NOW == UCX_RCACHE_API_113 ? 80 : 64), "size");
+AT(region_struct_size, 0);
+AT(ucm_events, API_NOW == UCX_RCACHE_API_113 ? 24 : 8);
+AT(ops, API_NOW == UCX_RCACHE_API_113 ? 32 : 16);
+AT(context, API_NOW == UCX_RCACHE_API_113 ? 40 : 24);
+_Static_assert(sizeof(ucs_rcache_ops_t) == (API_NOW == UCX_RCACHE_API_118 ? 4 : 3) * sizeof(void *),
+               "ops");
+_Static_assert(offsetof(ucs_rcache_ops_t, dump_region) ==
+               (API_NOW == UCX_RCACHE_API_118 ? 3 : 2) * sizeof(void *), "dump_region");
+#if UCP_API_MINOR >= 18
+_Static_assert(offsetof(ucs_rcache_ops_t, merge) == 2 * sizeof(void *), "merge");
+#endif
+_Static_assert(offsetof(ucs_rcache_region_t, super) == 0, "pgt region first");
 #endif

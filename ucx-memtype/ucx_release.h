@@ -22,9 +22,11 @@ extern "C" {
 /* What the module does under a release (doc/ucx.md, "Which UCX"). */
 enum ucx_support {
     UCX_UNKNOWN = 0,    /* not a release the module knows: it stays out of UCX's way */
-    UCX_FEED = 1,       /* 1.14-1.23: UCP's cache hits are inline code in libucp that no
-                         * interposer reaches; the module feeds unmap events (hooks tracker)
-                         * or keeps UCP from caching (trackers that only watch ranges) */
+    UCX_CHECK = 1,      /* 1.14-1.23: UCP's cache hits are inline code in libucp that never
+                         * calls ucs_rcache_get, but each calls ucs_pgtable_lookup through
+                         * libucp's PLT: the module feeds unmap events (hooks tracker) or
+                         * watches UCP's regions and checks every hit in that lookup
+                         * (trackers that only watch ranges) */
     UCX_SERVE = 2,      /* 1.13: every UCX cache lookup calls ucs_rcache_get; host-memory
                          * rcaches are served from vmt_shared(), the others are watched */
 };
@@ -54,8 +56,31 @@ void ucx_release_classify(unsigned major, unsigned minor, unsigned patch, struct
 /* One line for a human: what the module does under release r, per tracker. */
 void ucx_release_describe(const struct ucx_release *r, char *buf, size_t len);
 
+/* Whether this process's ucs_pgtable_lookup calls reach the module (it was preloaded, or
+ * linked before libucs: a module loaded after libucs does not see libucp's calls) and libucs
+ * has the functions it forwards to: 0, else a negative errno and why not. Where not, UCP's
+ * inline cache hits (1.14 on) cannot be checked. */
+int ucx_release_lookups_reach_module(char *why, size_t len);
+
 /* ucm_events of a ucs_rcache_params_t of the running release; -1 when the release is unknown. */
 int ucx_release_params_events(const void *params);
+
+/* ---- the rcache layouts of every known release, for the rcaches the module wraps ---------
+ * (rcache_watch.c). Byte offsets of ucs_rcache_params_t's fields and the order of
+ * ucs_rcache_ops_t's function pointers (x86-64 and every LP64 target; the table in
+ * ucx_release.c, from each tag's headers). A region's pgt part (start, end) is at offset 0 and
+ * mem_reg/mem_dereg/dump_region keep their prototypes in every release. */
+struct ucx_layout {
+    size_t params_size;             /* sizeof(ucs_rcache_params_t) */
+    size_t region_struct_size;      /* offsets in ucs_rcache_params_t */
+    size_t alignment, max_alignment;/* SIZE_MAX from 1.17 on (ucs_rcache_get takes it) */
+    size_t ucm_events, ops, context;
+    unsigned nops;                  /* function pointers in ucs_rcache_ops_t */
+    int merge;                      /* index of merge (1.18 on), or -1 */
+    int dump_region;                /* index of dump_region */
+};
+/* The running release's layouts; NULL when the release is unknown. */
+const struct ucx_layout *ucx_release_layout(void);
 
 /* ---- the layouts of UCX 1.13-1.16 (x86-64 and every LP64 target), used under UCX_SERVE ---- */
 typedef struct ucx_rcache ucx_rcache_t;    /* UCX's ucs_rcache_t, or a native one */

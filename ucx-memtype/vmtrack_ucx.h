@@ -9,15 +9,18 @@
  *     libucs's constructor patches before this one runs),
  *   - subscribes to the process-wide vmtrack cache (vmt_subscribe(vmt_shared(), ...)) and hands
  *     every address-space event to UCX with ucm_vm_munmap(),
- *   - with a tracker that only reports ranges it watches (kmod, uffd): on UCX 1.13 wraps every
- *     ucs_rcache so that each UCX region is watched from before UCX registers it until UCX
- *     deregisters it, and checks the watch on every ucs_rcache_get hit; on UCX 1.14 on, whose
- *     UCP cache hits no interposer reaches, keeps UCX from caching what needs unmap events
- *     (see doc/ucx.md).
+ *   - with a tracker that only reports ranges it watches (kmod, uffd): wraps every ucs_rcache
+ *     that needs unmap events so that each UCX region is watched from before UCX registers it
+ *     until UCX deregisters it, and checks the watch on every hit: in ucs_rcache_get, and from
+ *     UCX 1.14 on, whose UCP cache hits are inline code in libucp, in the ucs_pgtable_lookup
+ *     each of them calls. Where that lookup cannot be interposed (the module loaded after
+ *     libucs) it keeps UCX from caching what needs unmap events instead (see doc/ucx.md).
  * If vmtrack has no tracker that can feed UCX ("pass", "none"), or VMTRACK_UCX=0, the module
  * stays out of the way and UCX keeps its own hooks.
  *
- * Environment: VMTRACK_UCX (1|0, default 1), plus vmtrack's own VMTRACK_* variables. */
+ * Environment: VMTRACK_UCX (1|0, default 1), VMTRACK_UCX_CHECK=0 (UCX 1.14 on with kmod or
+ * uffd: refuse UCP's cache instead of checking its hits, for comparison), plus vmtrack's own
+ * VMTRACK_* variables. */
 #ifndef VMTRACK_UCX_H
 #define VMTRACK_UCX_H
 
@@ -34,7 +37,8 @@ enum vmt_ucx_mode {
     VMT_UCX_WATCH = 2,   /* tracker reports watched ranges (kmod, uffd): regions are watched
                           * and checked on every hit */
     VMT_UCX_UNCACHED = 3, /* tracker reports watched ranges, UCX's hits cannot be checked
-                           * (UCX 1.14 on): UCX gets no cache that needs unmap events */
+                           * (UCX 1.14 on, the module's lookup not reached, or
+                           * VMTRACK_UCX_CHECK=0): UCX gets no cache that needs unmap events */
 };
 
 /* Idempotent; the constructor calls it. 0 when the module feeds UCX, else a negative errno
@@ -55,7 +59,7 @@ struct vmt_ucx_stats {
     size_t   sz;
     uint64_t events;        /* address-space events handed to ucm_vm_munmap */
     uint64_t event_bytes;   /* bytes those events covered */
-    uint64_t rcaches;       /* ucs_rcaches wrapped (WATCH mode) */
+    uint64_t rcaches;       /* ucs_rcaches wrapped (WATCH mode, and SYNC on 1.13) */
     uint64_t watches;       /* UCX regions watched at registration (WATCH mode) */
     uint64_t stale;         /* hits found stale by the check and re-resolved (WATCH mode) */
     uint64_t native_rcaches;    /* rcaches served by vmt_shared() now (rcache_native.c) */

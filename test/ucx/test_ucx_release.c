@@ -3,15 +3,19 @@
  *  2. for the hooks and uffd trackers, a child with the module preloaded and
  *     UCX_MEM_MMAP_HOOK_MODE=none, which asserts
  *     - the release the module found is libucp's own (ucp_get_version),
- *     - the mode: hooks -> events before the system call (SYNC); uffd -> watched hits on
- *       1.13, no cache that needs unmap events from 1.14 on (UNCACHED),
- *     - UCP runs (ucp_init, ucp_mem_map/unmap of pages replaced in between) and UCP's own
- *       registration cache was created (SYNC) or refused (UNCACHED), from the module's counters,
+ *     - the mode: hooks -> events before the system call (SYNC); uffd -> regions watched and
+ *       hits checked (WATCH; from 1.14 on UCP's inline hits in ucs_pgtable_lookup),
+ *     - UCP runs (ucp_init, 20 ucp_mem_map/unmap of one buffer whose pages are replaced every
+ *       fifth map) with its own registration cache (the module's counters), which from 1.16
+ *       on (where ucp_mem_map uses it) cached: UCT registered the buffer once per set of
+ *       pages (4), not per map (20) and not less,
  *     - UCX's rcache API through the module's interposers, called with this release's
  *       prototypes (ucs_rcache_get took an alignment from 1.17 on): a get registers once, hits
- *       after, and after munmap + mmap of the range (SYNC) registers again; the rcache is
- *       refused under UNCACHED,
- *     - ucs_rcache_region_invalidate(NULL, ...) runs the completion (UCX's #11467 path).
+ *       after, and after munmap + mmap of the range registers again,
+ *     - ucs_rcache_region_invalidate(NULL, ...) runs the completion (UCX's #11467 path);
+ *  3. uffd again with VMTRACK_UCX_CHECK=0, the fallback where UCP's hits cannot be checked:
+ *     from 1.14 on UCP's cache and the test's rcache are refused (UNCACHED) and, from 1.16 on,
+ *     every map registers (20 times the first map's registrations); on 1.13 nothing changes.
  * A tracker that cannot run here (no userfaultfd) is reported and skipped; if none can, the
  * test skips (77). */
 #define _GNU_SOURCE
@@ -61,8 +65,8 @@ static int check_table(void)
         enum ucx_rcache_api api;
     } rows[] = {
         {1, 12, 1, UCX_UNKNOWN, UCX_RCACHE_API_NONE}, {1, 13, 1, UCX_SERVE, UCX_RCACHE_API_113},
-        {1, 16, 0, UCX_FEED, UCX_RCACHE_API_113},     {1, 17, 0, UCX_FEED, UCX_RCACHE_API_117},
-        {1, 18, 1, UCX_FEED, UCX_RCACHE_API_118},     {1, 23, 0, UCX_FEED, UCX_RCACHE_API_118},
+        {1, 16, 0, UCX_CHECK, UCX_RCACHE_API_113},     {1, 17, 0, UCX_CHECK, UCX_RCACHE_API_117},
+        {1, 18, 1, UCX_CHECK, UCX_RCACHE_API_118},     {1, 23, 0, UCX_CHECK, UCX_RCACHE_API_118},
         {1, 24, 0, UCX_UNKNOWN, UCX_RCACHE_API_NONE}, {2, 0, 0, UCX_UNKNOWN, UCX_RCACHE_API_NONE},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -158,6 +162,7 @@ static int check_rcache_api(enum vmt_ucx_mode mode)
         printf("  rcache needing unmap events: refused\n");
         return 0;
     }
+
     CHECK(st == UCS_OK, "ucs_rcache_create: %s", ucs_status_string(st));
     buf = map_pages(NULL);
     CHECK(buf != NULL, "mmap: %s", strerror(errno));
@@ -190,8 +195,12 @@ static void on_complete(void *arg)
     completed++;
 }
 
-/* UCP with its registration cache: memory maps of a buffer whose pages are replaced. */
-static int check_ucp(void)
+static int (*witness_of)(const void *, size_t);
+static int (*stats_of)(struct vmt_ucx_stats *);
+
+/* UCP with its registration cache: memory maps of a buffer whose pages are replaced; UCT's
+ * registrations of the buffer in *regs. */
+static int check_ucp(unsigned long *regs, unsigned long *first)
 {
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA};
@@ -199,8 +208,10 @@ static int check_ucp(void)
     ucs_status_t st = ucp_init(&params, NULL, &ctx);
     void *buf = map_pages(NULL);
 
+    struct vmt_ucx_stats s = {.sz = sizeof(s)};
     CHECK(st == UCS_OK, "ucp_init: %s", ucs_status_string(st));
     CHECK(buf != NULL, "mmap: %s", strerror(errno));
+    CHECK(witness_of(buf, LEN) == 0, "vmt_ucx_witness");
     for (int i = 0; i < 20; i++) {
         ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                                                  UCP_MEM_MAP_PARAM_FIELD_LENGTH,
@@ -209,11 +220,18 @@ static int check_ucp(void)
         st = ucp_mem_map(ctx, &mp, &memh);
         CHECK(st == UCS_OK, "ucp_mem_map: %s", ucs_status_string(st));
         ucp_mem_unmap(ctx, memh);
+        if (i == 0) {
+            CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+            *first = (unsigned long)s.witness_registrations;    /* one per memory domain */
+        }
         if (i % 5 == 4) {
             CHECK(munmap(buf, LEN) == 0, "munmap: %s", strerror(errno));
             CHECK(map_pages(buf) == buf, "mmap at %p: %s", buf, strerror(errno));
         }
     }
+    CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    *regs = (unsigned long)s.witness_registrations;
+    witness_of(NULL, 0);
     ucp_cleanup(ctx);
     munmap(buf, LEN);
     return 0;
@@ -223,9 +241,8 @@ static int check_ucp(void)
 static const char *(*release_of)(void);
 static enum vmt_ucx_mode (*mode_of)(char *, size_t);
 static const char *(*tracker_of)(void);
-static int (*stats_of)(struct vmt_ucx_stats *);
 
-static int run_one(const char *tracker)
+static int run_one(const char *tracker, int fallback)
 {
     unsigned major, minor, patch;
     char name[32], why[256];
@@ -236,7 +253,9 @@ static int run_one(const char *tracker)
     mode_of = (enum vmt_ucx_mode (*)(char *, size_t))dlsym(RTLD_DEFAULT, "vmt_ucx_mode");
     tracker_of = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_tracker");
     stats_of = (int (*)(struct vmt_ucx_stats *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
-    CHECK(release_of && mode_of && tracker_of && stats_of, "the module is not preloaded");
+    witness_of = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "vmt_ucx_witness");
+    CHECK(release_of && mode_of && tracker_of && stats_of && witness_of,
+          "the module is not preloaded");
     ucp_get_version(&major, &minor, &patch);
     snprintf(name, sizeof(name), "%u.%u.%u", major, minor, patch);
     CHECK(!strcmp(release_of(), name), "module found UCX %s, libucp says %s",
@@ -246,21 +265,34 @@ static int run_one(const char *tracker)
     if (mode == VMT_UCX_OFF && strcmp(tracker, "hooks") && strstr(why, "vmt_shared"))
         return VMT_TEST_SKIP;   /* this tracker cannot run here: the parent says so */
     want = !strcmp(tracker, "hooks") ? VMT_UCX_SYNC
-           : minor == 13 ? VMT_UCX_WATCH : VMT_UCX_UNCACHED;
+           : fallback && minor >= 14 ? VMT_UCX_UNCACHED : VMT_UCX_WATCH;
     CHECK(mode == want, "mode %d, expected %d", mode, want);
     CHECK(!strcmp(tracker_of(), tracker), "tracker %s", tracker_of());
 
-    if (check_ucp())
+    unsigned long regs = 0, first = 0;
+    if (check_ucp(&regs, &first))
         return 1;
     CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
-    printf("  UCP: rcaches forwarded %lu, native %lu, refused %lu\n",
+    printf("  UCP: rcaches forwarded %lu, native %lu, refused %lu; 20 maps of 4 sets of pages: "
+           "UCT registered the buffer %lu times (%lu at the first map); %lu hits found stale\n",
            (unsigned long)s.forwarded_rcaches, (unsigned long)s.native_rcaches,
-           (unsigned long)s.refused_rcaches);
-    if (mode == VMT_UCX_UNCACHED)
+           (unsigned long)s.refused_rcaches, regs, first, (unsigned long)s.stale);
+    if (mode == VMT_UCX_UNCACHED) {
         CHECK(s.refused_rcaches >= 1, "UCP's registration cache was not refused");
-    else
-        CHECK(s.forwarded_rcaches + s.native_rcaches >= 1 && s.refused_rcaches == 0,
-              "UCP's registration cache was not created");
+        if (minor >= 16)
+            CHECK(regs == 20 * first, "without a cache every map registers: %lu, not %lu",
+                  regs, 20 * first);
+        return check_rcache_api(mode);
+    }
+    CHECK(s.forwarded_rcaches + s.native_rcaches >= 1 && s.refused_rcaches == 0,
+          "UCP's registration cache was not created");
+    /* UCP's ucp_mem_map goes through its cache from 1.16 on (its mem_reg callback registers);
+     * before, it registers every map, which shows nothing about the cache */
+    if (minor >= 16)
+        CHECK(first >= 1 && regs == 4 * first, "expected the registrations of the first map "
+              "(%lu) once per set of pages (4): %s", first,
+              regs < 4 * first ? "replaced pages were not registered again (stale)"
+                               : "not cached");
 
     if (check_rcache_api(mode))
         return 1;
@@ -272,7 +304,7 @@ static int run_one(const char *tracker)
 }
 
 /* ---- the parent ------------------------------------------------------------------------- */
-static int spawn(const char *tracker)
+static int spawn(const char *tracker, int fallback)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -281,7 +313,10 @@ static int spawn(const char *tracker)
         setenv("VMTRACK_TRACKER", tracker, 1);
         setenv("UCX_TLS", "self,tcp", 1);
         setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
-        execl("/proc/self/exe", "test_ucx_release", "--one", tracker, (char *)NULL);
+        if (fallback)
+            setenv("VMTRACK_UCX_CHECK", "0", 1);
+        execl("/proc/self/exe", "test_ucx_release", "--one", tracker, fallback ? "0" : "1",
+              (char *)NULL);
         _exit(127);
     }
     int st;
@@ -292,24 +327,29 @@ static int spawn(const char *tracker)
 
 int main(int argc, char **argv)
 {
-    static const char *trackers[] = {"hooks", "uffd"};
+    /* uffd twice: checking UCP's hits, and the fallback that refuses UCP's cache */
+    static const struct {
+        const char *tracker;
+        int fallback;
+    } runs[] = {{"hooks", 0}, {"uffd", 0}, {"uffd", 1}};
     int fail = 0, ran = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 3 && !strcmp(argv[1], "--one"))
-        return run_one(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "--one"))
+        return run_one(argv[2], !strcmp(argv[3], "0"));
     if (access(VMT_UCX_MODULE_PATH, R_OK) != 0)
         return test_skip("%s not built: %s", VMT_UCX_MODULE_PATH, strerror(errno));
     fail |= check_table();
-    for (size_t i = 0; i < sizeof(trackers) / sizeof(trackers[0]); i++) {
-        int rc = spawn(trackers[i]);
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        int rc = spawn(runs[i].tracker, runs[i].fallback);
         if (rc == VMT_TEST_SKIP) {
-            printf("tracker %s: cannot run here (see above), not tested\n", trackers[i]);
+            printf("tracker %s: cannot run here (see above), not tested\n", runs[i].tracker);
             continue;
         }
         ran++;
         if (rc) {
-            printf("tracker %s: FAIL (status %d)\n", trackers[i], rc);
+            printf("tracker %s%s: FAIL (status %d)\n", runs[i].tracker,
+                   runs[i].fallback ? " (VMTRACK_UCX_CHECK=0)" : "", rc);
             fail = 1;
         }
     }
