@@ -11,13 +11,15 @@
 #     hooks), UCX_IB_FORK_INIT=n: 0 stale bytes and the caching asserted.
 # Under UCX 1.14 on (Debian 13: 1.18), where UCP's cache hits are inline in libucp, every run
 # forces the zero-copy rendezvous (UCX_RNDV_SCHEME=get_zcopy: over rxe UCX 1.18 otherwise
-# copies 1 MiB through bounce buffers and registers no user page) and the job asserts, from
-# the module's count of UCT's registrations of its buffer, that the buffer was registered:
+# copies 1 MiB through bounce buffers and registers no user page), shows the protocols UCX
+# chose (UCX_PROTO_INFO=y) and the job asserts, from the module's count of UCT's registrations
+# of its buffer per round, that the buffer was registered after every change:
 #  1. stock UCX (its own hooks), every kind of change: the stale bytes are shown, not judged;
-#  2. the module with the kmod tracker, every kind of change: UCX gets no cache (UCP's hits
-#     could not be checked), 0 stale bytes and a registration of the source every round;
-#  4. the module with the hooks tracker, libc's changes only: UCP's cache fed by vmtrack,
-#     0 stale bytes, the source registered at every change and cached in between.
+#  2. the module with the kmod tracker, every kind of change: UCP's own cache, its regions
+#     watched and every hit checked (ucs_pgtable_lookup): 0 stale bytes, the source
+#     registered after every change and in no round whose pages were kept (cache hits);
+#  3. the module with the hooks tracker, libc's changes only: UCP's cache fed by vmtrack,
+#     0 stale bytes, the source registered after every change and cached in between.
 # test/ucx/mpich_stale is the job: rank 0 sends 1 MiB (rendezvous, zero-copy over rc_verbs)
 # from a buffer whose pages it replaces at the same address between rounds; rank 1 checks every
 # byte; with the module it also checks that vmtrack registered every fresh set of pages.
@@ -35,13 +37,30 @@ module=$builddir/.libs/libvmtrack-ucx.so
 
 skip() { echo "SKIP: $*"; exit 77; }
 
-# mpiexec.mpich -n 2 on one node; $1 names the run, the rest go to the job.
+# UCX_PROTO_INFO=y's tables (UCX 1.14 on), cut down to what UCX chose for the job's sends:
+# the rows (size range, protocol, lanes) of each "tagged message by ucp_tag_send" table, once.
+proto_summary() {
+	awk '!/\|/ { next }
+	     /cfg#/ { keep = /tagged message by ucp_tag_send/; if (keep) hdr = $0; next }
+	     keep && /\.\./ { sub(/^.*\|[ ]*[0-9]/, "&", $0); line = $0; sub(/^[^|]*/, "", line)
+	                       if (!seen[hdr line]++) { if (!shown[hdr]++) { h = hdr; sub(/^[^|]*/, "", h); print "  proto:" h }
+	                                                 print "  proto:" line } }' "$1"
+}
+
+# mpiexec.mpich -n 2 on one node; $1 names the run, the rest go to the job. UCX's protocol
+# tables (UCX_PROTO_INFO=y, where a run asks for them) are shown as proto_summary's rows.
 run_job() {
-	local name=$1
+	local name=$1 out=/tmp/vmt_ucx_job.$$
 	shift
 	echo "== $name"
-	timeout 150 mpiexec.mpich -n 2 -launcher fork "$@"
+	timeout 150 mpiexec.mpich -n 2 -launcher fork "$@" >"$out" 2>&1
 	local rc=$?
+	grep -v '|' "$out"
+	if grep -q 'cfg#' "$out"; then
+		echo "-- zero-copy thresholds UCX chose (UCX_PROTO_INFO=y, tagged sends):"
+		proto_summary "$out"
+	fi
+	rm -f "$out"
 	echo "== $name: exit $rc"
 	return $rc
 }
@@ -78,47 +97,55 @@ in_guest() {
 # UCX 1.14 on: zero-copy forced, registration asserted from UCT's count (the comment on top).
 in_guest_fed() {
 	local with=(-genv LD_PRELOAD "$module" -genv UCX_MEM_MMAP_HOOK_MODE none)
-	local zcopy=(-genv UCX_RNDV_SCHEME get_zcopy)
+	local zcopy=(-genv UCX_RNDV_SCHEME get_zcopy -genv UCX_PROTO_INFO y)
 	local fail=0
 	run_job "stock UCX, zero-copy forced (shown, not judged)" "${zcopy[@]}" \
 		-genv UCX_MEM_MMAP_HOOK_MODE bistro "$job" --changes all || fail=1
 	run_job "libvmtrack-ucx, kmod tracker, zero-copy forced" "${with[@]}" "${zcopy[@]}" \
-		-genv VMTRACK_TRACKER kmod "$job" --changes all --expect-vmtrack || fail=1
+		-genv VMTRACK_TRACKER kmod "$job" --changes all --expect-vmtrack --expect-cached ||
+		fail=1
 	run_job "libvmtrack-ucx, hooks tracker, zero-copy forced" "${with[@]}" "${zcopy[@]}" \
 		-genv VMTRACK_TRACKER hooks "$job" --changes libc --expect-vmtrack --expect-cached ||
 		fail=1
-	send_costs "${with[@]}" "${zcopy[@]}"
+	local with_zcopy=("${with[@]}" "${zcopy[@]}")   # send_costs' module runs
+	send_costs
 	return $fail
 }
 
 # A zero-copy send's cost (one buffer, pages unchanged) on stock UCX and with the module, the
 # ratios and UCT's registrations per send: printed, not judged (an emulated guest); a run that
-# fails is reported as not measured.
+# fails is reported as not measured. "kmod, UCP uncached" is the module's fallback where UCP's
+# hits cannot be checked (VMTRACK_UCX_CHECK=0 forces it): UCX registers per operation.
 send_costs() {
 	[ -x "$cost_job" ] || { echo "send cost: NOT MEASURED, $cost_job not built"; return; }
-	local stock=/tmp/vmt_cost_stock.$$ kmod=/tmp/vmt_cost_kmod.$$ hooks=/tmp/vmt_cost_hooks.$$
-	local zcopy=(-genv UCX_RNDV_SCHEME get_zcopy)
-	local rc=0
-	run_job "send cost, stock UCX" "${zcopy[@]}" -genv UCX_MEM_MMAP_HOOK_MODE bistro \
-		"$cost_job" --iters 5 >"$stock" || rc=1
-	cat "$stock"
-	run_job "send cost, libvmtrack-ucx, kmod tracker" "$@" -genv VMTRACK_TRACKER kmod \
-		"$cost_job" --iters 5 >"$kmod" || rc=1
-	cat "$kmod"
-	run_job "send cost, libvmtrack-ucx, hooks tracker" "$@" -genv VMTRACK_TRACKER hooks \
-		"$cost_job" --iters 5 >"$hooks" || rc=1
-	cat "$hooks"
+	local dir=/tmp/vmt_cost.$$ rc=0 i=0 run
+	local zcopy=(-genv UCX_RNDV_SCHEME get_zcopy -genv UCX_PROTO_INFO y)
+	local runs=("stock" "kmod" "kmod, UCP uncached" "hooks")
+	mkdir -p "$dir"
+	for run in "${runs[@]}"; do
+		i=$((i + 1))
+		case $run in
+		stock) set -- "${zcopy[@]}" -genv UCX_MEM_MMAP_HOOK_MODE bistro ;;
+		kmod) set -- "${with_zcopy[@]}" -genv VMTRACK_TRACKER kmod ;;
+		"kmod, UCP uncached") set -- "${with_zcopy[@]}" -genv VMTRACK_TRACKER kmod \
+			-genv VMTRACK_UCX_CHECK 0 ;;
+		hooks) set -- "${with_zcopy[@]}" -genv VMTRACK_TRACKER hooks ;;
+		esac
+		run_job "send cost, $run" "$@" "$cost_job" --iters 10 >"$dir/$i" || rc=1
+		cat "$dir/$i"
+	done
 	if [ $rc != 0 ]; then
 		echo "send cost: NOT MEASURED, a run failed (above)"
-		rm -f "$stock" "$kmod" "$hooks"
+		rm -rf "$dir"
 		return
 	fi
-	echo "== zero-copy send cost against stock UCX (UCT registrations of the buffer per send)"
+	echo "== zero-copy send cost against stock UCX of this run (UCT registrations of the buffer per send)"
 	awk 'FNR == 1 { f++ } $1 == "cost" { us[f, $2] = $3; regs[f, $2] = $4; sizes[$2] = 1 }
-	     END { for (s in sizes) printf "%8d B: kmod %.2fx (%s regs/send), hooks %.2fx (%s regs/send), stock %.1f us\n",
-	           s, us[2, s] / us[1, s], regs[2, s], us[3, s] / us[1, s], regs[3, s], us[1, s] }' \
-		"$stock" "$kmod" "$hooks" | sort -n
-	rm -f "$stock" "$kmod" "$hooks"
+	     END { for (s in sizes) printf "%8d B: kmod %.2fx (%s regs/send), kmod UCP uncached %.2fx (%s regs/send), hooks %.2fx (%s regs/send), stock %.1f us\n",
+	           s, us[2, s] / us[1, s], regs[2, s], us[3, s] / us[1, s], regs[3, s],
+	           us[4, s] / us[1, s], regs[4, s], us[1, s] }' \
+		"$dir/1" "$dir/2" "$dir/3" "$dir/4" | sort -n
+	rm -rf "$dir"
 }
 
 if [ "${1:-}" = --in-guest ]; then

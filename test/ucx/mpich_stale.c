@@ -17,8 +17,9 @@
  * Exit 0, without --expect-vmtrack, when the job ran (the bytes are shown, not judged); with
  * it, when every byte was right and vmtrack registered the source of every fresh set of pages;
  * with --expect-cached also, that it was cached: on UCX 1.13 a vmtrack hit and an invalidation
- * for each change, from 1.14 on fewer registrations than rounds (served uncached, nothing could
- * be stale and the check would prove nothing). "Registered" is vmtrack's count on 1.13, where
+ * for each change, from 1.14 on no registration in the rounds whose pages were kept (served
+ * uncached, nothing could be stale and the check would prove nothing). From 1.14 on rank 0
+ * prints UCT's registrations of the source per round, per kind of change before the round. "Registered" is vmtrack's count on 1.13, where
  * vmtrack serves the ib md's cache, and UCT's registrations of the buffer from 1.14 on (the
  * module counts those covering the range the job names with vmt_ucx_witness).
  * 1 otherwise, 2 on a usage or setup error.
@@ -66,6 +67,24 @@ struct tally {
     unsigned long long stale[N_CHANGES], wrong[N_CHANGES];
     unsigned rounds[N_CHANGES];
 };
+
+/* Rank 0, with the module: UCT's registrations of the source in the first round and, after
+ * it, per kind of change made before the round (vmt_ucx_witness's count around each send). */
+struct regs_tally {
+    int known;
+    unsigned long long first, regs[N_CHANGES];
+    unsigned rounds[N_CHANGES];
+};
+static struct regs_tally g_regs;
+
+static long long source_registrations(void)
+{
+    static int (*stats)(struct vmt_ucx_stats *);
+    struct vmt_ucx_stats us = {.sz = sizeof(us)};
+    if (!stats)
+        stats = (int (*)(struct vmt_ucx_stats *))dlsym(RTLD_DEFAULT, "vmt_ucx_stats_get");
+    return stats && stats(&us) == 0 ? (long long)us.witness_registrations : -1;
+}
 
 static unsigned char pattern(int round, size_t i)
 {
@@ -162,8 +181,18 @@ static int run_sender(const struct options *o)
         int ok = ret == 0;
         /* rank 1 must not wait for a message a failed replacement never sends */
         MPI_Send(&ok, 1, MPI_INT, 1, 2 * r, MPI_COMM_WORLD);
+        long long before = source_registrations();
         if (ok)
             MPI_Send(buf, (int)o->len, MPI_BYTE, 1, 2 * r + 1, MPI_COMM_WORLD);
+        long long after = source_registrations();
+        /* the send returned: the peer has read the source, so its registration is counted */
+        g_regs.known = before >= 0 && after >= before;
+        if (g_regs.known && r == 0)
+            g_regs.first = (unsigned long long)(after - before);
+        else if (g_regs.known) {
+            g_regs.regs[change_before(o, r)] += (unsigned long long)(after - before);
+            g_regs.rounds[change_before(o, r)]++;
+        }
     }
     munmap(buf, o->len);
     return ret;
@@ -235,9 +264,11 @@ static int vmtrack_report(const struct options *o)
            (unsigned long long)vs.uncached, (unsigned long long)vs.hits,
            (unsigned long long)vs.invalidations);
     printf("rank 0: UCT registered the source %llu times in %d rounds (%llu registrations in "
-           "all); UCX rcaches refused %llu\n", (unsigned long long)us.witness_registrations,
+           "all); UCX rcaches refused %llu, watched %llu; UCX regions watched %llu, hits found "
+           "stale by the module %llu\n", (unsigned long long)us.witness_registrations,
            o->rounds, (unsigned long long)us.uct_registrations,
-           (unsigned long long)us.refused_rcaches);
+           (unsigned long long)us.refused_rcaches, (unsigned long long)us.rcaches,
+           (unsigned long long)us.watches, (unsigned long long)us.stale);
     if (!o->expect_vmtrack)
         return 0;
     unsigned long long changes = 0;
@@ -271,14 +302,34 @@ static int expect_served(const struct options *o, const struct vmt_stats *vs,
     return fail;
 }
 
-/* UCX 1.14 on: UCP's own cache, fed by vmtrack (hooks), or none (kmod, uffd). UCT must have
- * registered the source itself (zero-copy) for every fresh set of pages; without a cache,
- * every round; with one (--expect-cached), fewer times than there were rounds. */
+/* UCX 1.14 on: UCP's own cache, fed by vmtrack (hooks) or watched and checked (kmod, uffd),
+ * or none (where the checks cannot be set up). UCT must have registered the source itself
+ * (zero-copy) for every fresh set of pages: in every round after a change; without a cache,
+ * every round; with one (--expect-cached), in no round whose pages were kept (a hit). */
 static int expect_fed(const struct options *o, const struct vmt_ucx_stats *us,
                       unsigned long long changes)
 {
     unsigned long long regs = us->witness_registrations;
     int fail = regs < changes + 1;
+    printf("rank 0: UCT registrations of the source per round: first round %llu", g_regs.first);
+    for (int c = 0; c < o->kinds; c++)
+        if (g_regs.rounds[c])
+            printf(", after %s %.2f (%u rounds)", change_name[c],
+                   (double)g_regs.regs[c] / g_regs.rounds[c], g_regs.rounds[c]);
+    printf("; %.2f per round in all\n", (double)regs / o->rounds);
+    for (int c = 1; c < o->kinds; c++)
+        if (g_regs.regs[c] < g_regs.rounds[c]) {
+            printf("rank 0: FAIL: after %s the source was registered in fewer than its %u "
+                   "rounds (the new pages were not registered: zero-copy not proven)\n",
+                   change_name[c], g_regs.rounds[c]);
+            fail = 1;
+        }
+    if (o->expect_cached && g_regs.regs[KEEP] != 0) {
+        printf("rank 0: FAIL: expected UCX's cache to serve the unchanged source in all %u "
+               "keep rounds without registering it (%llu registrations)\n",
+               g_regs.rounds[KEEP], g_regs.regs[KEEP]);
+        fail = 1;
+    }
     if (fail)
         printf("rank 0: FAIL: expected UCT to register the source at least %llu times "
                "(zero-copy)\n", changes + 1);
