@@ -580,7 +580,15 @@ VMT_UCX_EXPORT void *ucs_pgtable_lookup(const void *pgtable, uintptr_t address)
     if (!tail_of(w, r)->watch)
         return r;
     /* Stale, or an event to look at first: UCP's slow path (ucs_rcache_get) asks again. */
-    return region_fresh(w, r) == FRESH ? r : NULL;
+    switch (region_fresh(w, r)) {
+    case FRESH:
+        return r;
+    case STALE:
+        atomic_fetch_add_explicit(&ucx_counters.stale_lookups, 1, memory_order_relaxed);
+        return NULL;
+    default:
+        return NULL;
+    }
 }
 
 /* The wrap table's lock may have been held by another thread at fork(). */

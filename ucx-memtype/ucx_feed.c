@@ -384,6 +384,7 @@ VMT_UCX_EXPORT int vmt_ucx_stats_get(struct vmt_ucx_stats *s)
     v.rcaches = atomic_load(&ucx_counters.rcaches);
     v.watches = atomic_load(&ucx_counters.watches);
     v.stale = atomic_load(&ucx_counters.stale);
+    v.stale_lookups = atomic_load(&ucx_counters.stale_lookups);
     v.native_rcaches = atomic_load(&ucx_counters.native);
     v.forwarded_rcaches = atomic_load(&ucx_counters.forwarded);
     v.refused_rcaches = atomic_load(&ucx_counters.refused);

@@ -36,7 +36,7 @@ int ucx_feed_reaches_ucx(const char *name);
 
 /* What the rcache parts count, for vmt_ucx_stats_get(). */
 struct ucx_counters {
-    _Atomic uint64_t rcaches, watches, stale, native, forwarded, refused;
+    _Atomic uint64_t rcaches, watches, stale, stale_lookups, native, forwarded, refused;
 };
 extern struct ucx_counters ucx_counters;
 

@@ -67,6 +67,8 @@ struct vmt_ucx_stats {
     uint64_t refused_rcaches;   /* VMT_UCX_UNCACHED: rcaches needing unmap events, refused */
     uint64_t uct_registrations; /* memory registrations UCT made (uct_md_mem_reg*) */
     uint64_t witness_registrations; /* those covering the range vmt_ucx_witness() named */
+    uint64_t stale_lookups; /* of `stale`, those found in ucs_pgtable_lookup (UCP's inline
+                             * hits, UCX 1.14 on) */
 };
 int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
 
