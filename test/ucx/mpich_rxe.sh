@@ -38,13 +38,26 @@ module=$builddir/.libs/libvmtrack-ucx.so
 skip() { echo "SKIP: $*"; exit 77; }
 
 # UCX_PROTO_INFO=y's tables (UCX 1.14 on), cut down to what UCX chose for the job's sends:
-# the rows (size range, protocol, lanes) of each "tagged message by ucp_tag_send" table, once.
+# the rows (size range, protocol, lanes) of the "tagged message by ucp_tag_send*... from host
+# memory" tables, once per kind of peer (self, intra-node, inter-node) and send variant.
 proto_summary() {
-	awk '!/\|/ { next }
-	     /cfg#/ { keep = /tagged message by ucp_tag_send/; if (keep) hdr = $0; next }
-	     keep && /\.\./ { sub(/^.*\|[ ]*[0-9]/, "&", $0); line = $0; sub(/^[^|]*/, "", line)
-	                       if (!seen[hdr line]++) { if (!shown[hdr]++) { h = hdr; sub(/^[^|]*/, "", h); print "  proto:" h }
-	                                                 print "  proto:" line } }' "$1"
+	awk -F'|' 'NF < 3 { next }
+	     $2 ~ /cfg#/ { keep = $3 ~ /tagged message by ucp_tag_send\*.* from host memory/
+	                   peer = $2; sub(/^ *ucp_context_[0-9]+ /, "", peer); sub(/ cfg#.*/, "", peer)
+	                   variant = $3; sub(/^.*ucp_tag_send\*/, "", variant); sub(/ from host.*/, "", variant)
+	                   next }
+	     keep && $2 ~ /\.\./ { row = sprintf("%s send%s %s: %s (%s)", peer, variant, $2, $3, $4); sub(/ +:/, ":", row)
+	                            gsub(/  +/, " ", row); gsub(/ \)/, ")", row); gsub(/\( /, "(", row)
+	                            if (!seen[row]++) print "  " row }' "$1" | sort
+}
+
+# UCX 1.18.1's libuct_ib aborts now and then in its async thread while the job's connections
+# close (ib_device.c:210, an IB async event handled twice: UCX issue 10432), with the module
+# and without it. A run whose job printed its verdict ("verdict: pass", after the ranks'
+# results were combined and before MPI_Finalize) and then hit only that abort keeps its verdict.
+teardown_abort_only() {
+	grep -q 'verdict: pass' "$1" && grep -q 'ib_device.c:210  Assertion' "$1" &&
+		! grep -q 'verdict: fail' "$1"
 }
 
 # mpiexec.mpich -n 2 on one node; $1 names the run, the rest go to the job. UCX's protocol
@@ -55,10 +68,14 @@ run_job() {
 	echo "== $name"
 	timeout 150 mpiexec.mpich -n 2 -launcher fork "$@" >"$out" 2>&1
 	local rc=$?
-	grep -v '|' "$out"
+	grep -v -e '|' -e '^\[.*\] *+-' -e '^-*+' "$out"
 	if grep -q 'cfg#' "$out"; then
-		echo "-- zero-copy thresholds UCX chose (UCX_PROTO_INFO=y, tagged sends):"
+		echo "-- protocols UCX chose for tagged sends (UCX_PROTO_INFO=y; zero-copy from the row that says so):"
 		proto_summary "$out"
+	fi
+	if [ $rc != 0 ] && teardown_abort_only "$out"; then
+		echo "NOTE: UCX aborted after the job's verdict (ib_device.c:210, UCX issue 10432, also seen without the module): the verdict stands"
+		rc=0
 	fi
 	rm -f "$out"
 	echo "== $name: exit $rc"

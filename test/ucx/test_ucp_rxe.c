@@ -251,18 +251,26 @@ static int run_one(void)
             const char *(*rel)(void) =
                 (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmt_ucx_release");
             int served = rel && !strncmp(rel(), "1.13.", 5);
-            printf("module (UCX %s): %llu rcaches on vmtrack, %llu created by libucs, %llu "
-                   "refused\n", rel ? rel() : "?", (unsigned long long)st.native_rcaches,
-                   (unsigned long long)st.forwarded_rcaches,
-                   (unsigned long long)st.refused_rcaches);
+            enum vmt_ucx_mode (*mode_of)(char *, size_t) =
+                (enum vmt_ucx_mode (*)(char *, size_t))dlsym(RTLD_DEFAULT, "vmt_ucx_mode");
+            printf("module (UCX %s): %llu rcaches on vmtrack, %llu created by libucs (%llu "
+                   "watched), %llu refused; %llu regions watched, %llu hits found stale (%llu "
+                   "in UCP's inline lookup)\n",
+                   rel ? rel() : "?", (unsigned long long)st.native_rcaches,
+                   (unsigned long long)st.forwarded_rcaches, (unsigned long long)st.rcaches,
+                   (unsigned long long)st.refused_rcaches, (unsigned long long)st.watches,
+                   (unsigned long long)st.stale, (unsigned long long)st.stale_lookups);
             /* 1.13: the ib md's rcache is vmtrack's; later releases: UCP's own cache, fed
-             * (hooks) or refused (kmod, uffd: doc/ucx.md) */
+             * (hooks) or watched (kmod, uffd), or refused where its hits cannot be checked
+             * (doc/ucx.md) */
             if (served)
                 fail |= st.native_rcaches == 0;
+            else if (mode_of && mode_of(NULL, 0) == VMT_UCX_UNCACHED)
+                fail |= st.refused_rcaches == 0;
             else if (!strcmp(trk(), "hooks"))
                 fail |= st.forwarded_rcaches == 0;
             else
-                fail |= st.refused_rcaches == 0;
+                fail |= st.rcaches == 0 || st.refused_rcaches != 0;
         }
         fail |= libc == 1;
         if (!strcmp(trk(), "kmod") || !strcmp(trk(), "uffd"))

@@ -274,9 +274,10 @@ static int run_one(const char *tracker, int fallback)
         return 1;
     CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
     printf("  UCP: rcaches forwarded %lu, native %lu, refused %lu; 20 maps of 4 sets of pages: "
-           "UCT registered the buffer %lu times (%lu at the first map); %lu hits found stale\n",
-           (unsigned long)s.forwarded_rcaches, (unsigned long)s.native_rcaches,
-           (unsigned long)s.refused_rcaches, regs, first, (unsigned long)s.stale);
+           "UCT registered the buffer %lu times (%lu at the first map); %lu hits found stale (%lu "
+           "in UCP's inline lookup)\n", (unsigned long)s.forwarded_rcaches,
+           (unsigned long)s.native_rcaches, (unsigned long)s.refused_rcaches, regs, first,
+           (unsigned long)s.stale, (unsigned long)s.stale_lookups);
     if (mode == VMT_UCX_UNCACHED) {
         CHECK(s.refused_rcaches >= 1, "UCP's registration cache was not refused");
         if (minor >= 16)
