@@ -178,8 +178,8 @@ int ucx_release_lookups_reach_module(char *why, size_t len)
     }
     if (!found || !dladdr(found, &at) || !dladdr((void *)ucx_release_lookups_reach_module, &mine) ||
         at.dli_fbase != mine.dli_fbase) {
-        snprintf(why, len, "UCP's cache lookups do not reach libvmtrack-ucx (loaded after "
-                 "libucs: preload it, or link it before -lucs)");
+        snprintf(why, len, "UCP's lookups do not reach the module, loaded after libucs "
+                 "(preload it or link it first)");
         return -ENOTSUP;
     }
     return 0;

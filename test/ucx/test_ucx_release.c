@@ -15,7 +15,9 @@
  *     - ucs_rcache_region_invalidate(NULL, ...) runs the completion (UCX's #11467 path);
  *  3. uffd again with VMTRACK_UCX_CHECK=0, the fallback where UCP's hits cannot be checked:
  *     from 1.14 on UCP's cache and the test's rcache are refused (UNCACHED) and, from 1.16 on,
- *     every map registers (20 times the first map's registrations); on 1.13 nothing changes.
+ *     every map registers (20 times the first map's registrations); on 1.13 nothing changes;
+ *  4. uffd with the module dlopen()ed after libucs: from 1.14 on the same fallback, saying that
+ *     UCP's lookups do not reach the module.
  * A tracker that cannot run here (no userfaultfd) is reported and skipped; if none can, the
  * test skips (77). */
 #define _GNU_SOURCE
@@ -304,10 +306,43 @@ static int run_one(const char *tracker, int fallback)
     return 0;
 }
 
+/* The module loaded after libucs (dlopen, uffd): from 1.14 on UCP's lookups bind to libucs's,
+ * so the module must fall back to refusing UCP's cache, and say why. */
+static int run_late(void)
+{
+    unsigned major, minor, patch;
+    char why[256];
+    void *m;
+
+    ucp_get_version(&major, &minor, &patch);
+    m = dlopen(VMT_UCX_MODULE_PATH, RTLD_NOW | RTLD_GLOBAL);
+    CHECK(m != NULL, "dlopen: %s", dlerror());
+    mode_of = (enum vmt_ucx_mode (*)(char *, size_t))dlsym(m, "vmt_ucx_mode");
+    CHECK(mode_of != NULL, "no vmt_ucx_mode");
+    enum vmt_ucx_mode mode = mode_of(why, sizeof(why));
+    printf("UCX %u.%u.%u, module loaded after libucs: mode %d (%s)\n", major, minor, patch, mode,
+           why);
+    if (mode == VMT_UCX_OFF && strstr(why, "vmt_shared"))
+        return VMT_TEST_SKIP;
+    if (minor >= 14)
+        CHECK(mode == VMT_UCX_UNCACHED && strstr(why, "do not reach"),
+              "expected the fallback (uncached) because the lookups do not reach the module");
+    printf("  module loaded late: ok\n");
+    return 0;
+}
+
 /* ---- the parent ------------------------------------------------------------------------- */
 static int spawn(const char *tracker, int fallback)
 {
     pid_t pid = fork();
+    if (pid == 0 && fallback == 2) {
+        /* not preloaded: the child loads the module itself, after libucs */
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        setenv("VMTRACK_TRACKER", tracker, 1);
+        unsetenv("LD_PRELOAD");
+        execl("/proc/self/exe", "test_ucx_release", "--late", (char *)NULL);
+        _exit(127);
+    }
     if (pid == 0) {
         setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
         setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
@@ -328,16 +363,19 @@ static int spawn(const char *tracker, int fallback)
 
 int main(int argc, char **argv)
 {
-    /* uffd twice: checking UCP's hits, and the fallback that refuses UCP's cache */
+    /* uffd thrice: checking UCP's hits, the fallback that refuses UCP's cache when asked
+     * (1), and when the module is loaded after libucs (2) */
     static const struct {
         const char *tracker;
         int fallback;
-    } runs[] = {{"hooks", 0}, {"uffd", 0}, {"uffd", 1}};
+    } runs[] = {{"hooks", 0}, {"uffd", 0}, {"uffd", 1}, {"uffd", 2}};
     int fail = 0, ran = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 4 && !strcmp(argv[1], "--one"))
         return run_one(argv[2], !strcmp(argv[3], "0"));
+    if (argc == 2 && !strcmp(argv[1], "--late"))
+        return run_late();
     if (access(VMT_UCX_MODULE_PATH, R_OK) != 0)
         return test_skip("%s not built: %s", VMT_UCX_MODULE_PATH, strerror(errno));
     fail |= check_table();
@@ -350,7 +388,8 @@ int main(int argc, char **argv)
         ran++;
         if (rc) {
             printf("tracker %s%s: FAIL (status %d)\n", runs[i].tracker,
-                   runs[i].fallback ? " (VMTRACK_UCX_CHECK=0)" : "", rc);
+                   runs[i].fallback == 1 ? " (VMTRACK_UCX_CHECK=0)"
+                   : runs[i].fallback == 2 ? " (loaded after libucs)" : "", rc);
             fail = 1;
         }
     }
