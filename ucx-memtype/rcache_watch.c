@@ -435,9 +435,8 @@ ucs_status_t ucx_watch_create(const void *params, const char *name, void *stats_
         return UCS_ERR_EXCEEDS_LIMIT;
     }
     if (ucx_release()->support == UCX_CHECK) {
-        /* ucx_feed.c chose WATCH only where libucs has both and lookups reach this module */
-        g.lookup = (__typeof__(g.lookup))dlsym(RTLD_NEXT, "ucs_pgtable_lookup");
-        g.pgt_init = (__typeof__(g.pgt_init))dlsym(RTLD_NEXT, "ucs_pgtable_init");
+        /* ucx_feed.c chose WATCH only where libucs has the page-table functions and the
+         * process's lookups reach this module */
         atomic_store(&g.lookups_checked, 1);
     }
     t_creating = w;
@@ -551,25 +550,30 @@ VMT_UCX_EXPORT ucs_status_t ucs_pgtable_init(void *pgtable, void *alloc_cb, void
 {
     struct wrap *w = t_creating;
 
-    if (!g.pgt_init)
-        g.pgt_init = (__typeof__(g.pgt_init))dlsym(RTLD_NEXT, "ucs_pgtable_init");
-    if (!g.pgt_init)
-        return UCS_ERR_UNSUPPORTED;
+    __typeof__(g.pgt_init) init = __atomic_load_n(&g.pgt_init, __ATOMIC_RELAXED);
+
+    if (!init) {
+        init = (__typeof__(init))dlsym(RTLD_NEXT, "ucs_pgtable_init");
+        if (!init)
+            return UCS_ERR_UNSUPPORTED;
+        __atomic_store_n(&g.pgt_init, init, __ATOMIC_RELAXED);
+    }
     if (w && !w->pgtable)
         w->pgtable = pgtable;       /* the first page table of the rcache being created */
-    return g.pgt_init(pgtable, alloc_cb, release_cb);
+    return init(pgtable, alloc_cb, release_cb);
 }
 
 VMT_UCX_EXPORT void *ucs_pgtable_lookup(const void *pgtable, uintptr_t address)
 {
-    void *(*lookup)(const void *, uintptr_t) = g.lookup;
+    void *(*lookup)(const void *, uintptr_t) = __atomic_load_n(&g.lookup, __ATOMIC_RELAXED);
     struct wrap *w;
     void *r;
 
-    if (__builtin_expect(!lookup, 0)) {
+    if (__builtin_expect(!lookup, 0)) {     /* once: UCX's memory-type cache calls it often */
         lookup = (__typeof__(lookup))dlsym(RTLD_NEXT, "ucs_pgtable_lookup");
         if (!lookup)
             return NULL;
+        __atomic_store_n(&g.lookup, lookup, __ATOMIC_RELAXED);
     }
     r = lookup(pgtable, address);
     if (!r || !atomic_load_explicit(&g.lookups_checked, memory_order_relaxed) || t_in_get ||
