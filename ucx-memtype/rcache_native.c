@@ -4,10 +4,11 @@
  * Under a release other than 1.13 (ucx_release.h) every call goes to libucs with the
  * arguments its caller passed; an rcache that needs unmap events is watched
  * (rcache_watch.c) under VMT_UCX_WATCH, and refused when the feed says UCX must not cache
- * (VMT_UCX_UNCACHED, or SYNC with the events not arriving). Under 1.13, an rcache that only asks for UCM_EVENT_VM_UNMAPPED (host memory: UCX's
- * ib md, knem) becomes a device of vmt_shared(): a hit is a vmt_get, no UCX page table, no
- * rwlock, no LRU spinlock. Everything else goes to libucs (rcache_watch.c watches it with
- * kmod or uffd), and keeps getting vmtrack's events from the feed (ucx_feed.c):
+ * (VMT_UCX_UNCACHED, or SYNC with the events not arriving). Under 1.13, an rcache that only
+ * asks for UCM_EVENT_VM_UNMAPPED (host memory: UCX's ib md, knem) becomes a device of
+ * vmt_shared(): a hit is a vmt_get, no UCX page table, no rwlock, no LRU spinlock.
+ * Everything else goes to libucs (rcache_watch.c watches it with kmod or uffd), and keeps
+ * getting vmtrack's events from the feed (ucx_feed.c):
  *   - ucm_events 0 (xpmem caches a peer's segments by the peer's addresses: never vmtrack's),
  *   - UCM_EVENT_MEM_TYPE_FREE (GPU memory: no tracker sees cudaFree; UCP's own rcache asks
  *     for it too),

@@ -19,9 +19,11 @@
  * with --expect-cached also, that it was cached: on UCX 1.13 a vmtrack hit and an invalidation
  * for each change, from 1.14 on no registration in the rounds whose pages were kept (served
  * uncached, nothing could be stale and the check would prove nothing). From 1.14 on rank 0
- * prints UCT's registrations of the source per round, per kind of change before the round. "Registered" is vmtrack's count on 1.13, where
- * vmtrack serves the ib md's cache, and UCT's registrations of the buffer from 1.14 on (the
- * module counts those covering the range the job names with vmt_ucx_witness).
+ * prints UCT's registrations of the source per round, per kind of change before the round.
+ * "Registered" is vmtrack's count on 1.13, where vmtrack serves the ib md's cache, and UCT's
+ * registrations of the buffer from 1.14 on (the module counts those covering the range the
+ * job names with vmt_ucx_witness). Rank 0 prints the verdict of both ranks before
+ * MPI_Finalize ("mpich_stale: verdict: pass|fail").
  * 1 otherwise, 2 on a usage or setup error.
  *
  * Usage (N < 255: a byte names its round mod 256):
