@@ -200,12 +200,14 @@ static int env_allows(void)
  * g.why, said once). */
 static enum vmt_ucx_mode watch_or_uncached(const struct ucx_release *rel, int patched)
 {
+    const char *env = getenv("VMTRACK_UCX_CHECK");
     char why[200];
 
     if (rel->support == UCX_SERVE)
         return VMT_UCX_WATCH;
-    const char *env = getenv("VMTRACK_UCX_CHECK");
-
+    if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
+        ucx_log(0, "VMTRACK_UCX_CHECK=%s is not 1 or 0: UCP's hits are checked where they can "
+                "be", env);
     if (patched)
         snprintf(why, sizeof(why), "UCX's ucm patched libc at startup (start the process "
                  "with UCX_MEM_MMAP_HOOK_MODE=none for UCP's cache)");

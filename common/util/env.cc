@@ -31,7 +31,7 @@ const Known kKnown[] = {
     // read by libvmtrack-ucx (ucx-memtype/), listed so that they are not reported as typos
     {"VMTRACK_UCX", "1 or 0"},
     {"VMTRACK_UCX_NATIVE", "1 or 0"},
-    {"VMTRACK_UCX_CHECK", "0 (UCX 1.14 on, kmod or uffd: refuse UCP's cache instead of checking its hits)"},
+    {"VMTRACK_UCX_CHECK", "1 or 0 (0: refuse UCP's cache instead of checking its hits)"},
     // read by libvmtrack-ofi (ofi-monitor/)
     {"VMTRACK_OFI", "0 (the constructor does not import the monitor)"},
     {"VMTRACK_OFI_MAX_RANGES", "a positive whole number (the monitor's table of ranges)"},
