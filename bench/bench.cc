@@ -330,21 +330,23 @@ int vmt_bench::run_ucx_helper(const std::string &args, double *out, int count,
     return got == count && st == 0 ? 0 : -EIO;
 }
 
-extern "C" int vmtrack_cmd_bench(int argc, char **argv)
+namespace {
+
+// 0, or 2 (usage printed).
+int parse_options(int argc, char **argv, Options *opt)
 {
-    Options opt;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
-            opt.json = true;
+            opt->json = true;
         else if (!strcmp(argv[i], "--compare-ucx"))
-            opt.compare_ucx = true;
+            opt->compare_ucx = true;
         else if (!strcmp(argv[i], "--quick"))
-            opt.quick = true;
+            opt->quick = true;
         else if (!strcmp(argv[i], "--misses"))
-            opt.misses_only = true;
+            opt->misses_only = true;
         else if (!strcmp(argv[i], "--tracker") && i + 1 < argc) {
-            opt.tracker = argv[++i];
-            opt.tracker_given = true;
+            opt->tracker = argv[++i];
+            opt->tracker_given = true;
         } else {
             fprintf(stderr, "vmtrack bench: unknown option \"%s\"\n"
                             "usage: vmtrack bench [--json] [--compare-ucx] [--quick] [--misses] [--tracker NAME]\n",
@@ -352,106 +354,121 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
             return 2;
         }
     }
-    const size_t hits = opt.quick ? 2000000 : 20000000;
-    const size_t big = opt.quick ? 200000 : 1000000;
-    int rc;
-    const int reps = opt.quick ? 5 : 9;
-    std::vector<Row> rows;
+    return 0;
+}
 
-    // ---- misses, eviction, buffers used once (with hooks unless a tracker is named) ----
-    MissBenchOptions mo;
-    mo.quick = opt.quick;
-    mo.compare_ucx = opt.compare_ucx;
-    mo.tracker = opt.tracker_given ? opt.tracker : "hooks";
-    std::vector<Row> miss_rows;
-    std::string miss_json;
-    rc = bench_misses(mo, &miss_rows, &miss_json);
-    if (rc) {
-        fprintf(stderr, "vmtrack bench: the miss workloads failed: %s\n", vmt_strerror(rc));
-        return 1;
-    }
-    if (opt.misses_only) {
-        if (opt.json)
-            printf("{\"misses\":%s}\n", miss_json.c_str());
-        else {
-            printf("CPU: %s\n", cpu_model().c_str());
-            print_rows(opt, miss_rows, ("Misses: tracker " + mo.tracker + ", null device (checks mapped, like io_uring), " +
-                                        "cache limited to 512 entries, medians of " +
-                                        std::to_string(reps) + " runs").c_str());
-            print_targets_held({&miss_rows});
-        }
-        return 0;
-    }
+// The run's sizes.
+struct Sizes {
+    size_t hits, big;
+    int reps;
+};
 
-    // ---- 1024 regions: one thread, two threads, alternated, medians ----
+// What the 1024-region cache measured, with UCX's figures where it ran (ucx1 > 0).
+struct HitFigures {
+    const char *tracker_used = "";
+    double hit1 = 0, scaling = 0, cpu_scaling = 0;
+    double call_floor = 0, floor_scaling = 0, floor_cpu_scaling = 0, steal_share = 0;
+    double ucx1 = -1, ucx_scaling = -1, ucx_cpu_scaling = -1, ucx_ratio = -1;
+    double miss_ns = 0, miss_again_ns = 0;
+    bool ucx_ok = false;
+    struct vmt_stats st {};
+};
+
+// The medians of the paired runs' lists (bench_hits).
+struct HitRuns {
+    std::vector<double> one_ns, scalings, cpu_scalings, floor_ns, floor_scalings, floor_cpu_scalings;
+    std::vector<double> u1, ucx_scalings, ucx_cpu_scalings, ratios;
+};
+
+// One repetition: UCX on one thread, vmtrack on one and two, UCX on two, the empty-call loop.
+void hit_repetition(Bench &b, const std::vector<uint32_t> &hot, size_t hits, bool *ucx_ok,
+                    HitRuns *h)
+{
+    double ns1 = 0, rate1u = 0, cpu1u = 0, ns2 = 0, rate2u = 0, cpu2u = 0;
+    if (*ucx_ok && run_ucx(1024, kRegionBytes, hits / 4, 1, &ns1, &rate1u, &cpu1u))
+        *ucx_ok = false;
+    HitResult h1 = run_hits(b, hot, hits, 1);
+    HitResult h2 = run_hits(b, hot, hits, 2);
+    if (*ucx_ok && run_ucx(1024, kRegionBytes, hits / 4, 2, &ns2, &rate2u, &cpu2u))
+        *ucx_ok = false;
+    // Through pointers that the compiler cannot see through: two real calls, like a PLT's.
+    GetFn volatile empty_get_fn = empty_get;
+    PutFn volatile empty_put_fn = empty_put;
+    HitResult f1 = run_hits(b, hot, hits, 1, empty_get_fn, empty_put_fn);
+    HitResult f2 = run_hits(b, hot, hits, 2, empty_get_fn, empty_put_fn);
+    h->floor_ns.push_back(f1.ns_per_hit);
+    h->floor_scalings.push_back(f2.hits_per_sec / f1.hits_per_sec);
+    h->floor_cpu_scalings.push_back(f2.hits_per_cpu_sec / f1.hits_per_cpu_sec);
+    h->one_ns.push_back(h1.ns_per_hit);
+    h->scalings.push_back(h2.hits_per_sec / h1.hits_per_sec);
+    h->cpu_scalings.push_back(h2.hits_per_cpu_sec / h1.hits_per_cpu_sec);
+    if (*ucx_ok) {
+        h->u1.push_back(ns1);
+        h->ucx_scalings.push_back(rate2u / rate1u);
+        h->ucx_cpu_scalings.push_back(cpu2u / cpu1u);
+        h->ratios.push_back(h1.ns_per_hit / ns1);
+    }
+}
+
+// 1024 regions: one thread, two threads, alternated, medians. 0 or 1 (said why).
+int bench_hits(const Options &opt, const Sizes &z, HitFigures *f)
+{
     Bench b;
-    rc = b.open(opt.tracker.c_str(), 1024);
+    int rc = b.open(opt.tracker.c_str(), 1024);
     if (rc) {
         fprintf(stderr, "vmtrack bench: cannot create a cache with tracker %s: %s\n",
                 opt.tracker.c_str(), vmt_strerror(rc));
         return 1;
     }
-    const char *tracker_used = vmt_cache_tracker(b.cache);
-    double miss_ns = b.fill();
+    f->tracker_used = vmt_cache_tracker(b.cache);
+    f->miss_ns = b.fill();
     std::vector<uint32_t> hot = all_regions(1024);
-    run_hits(b, hot, hits / 10, 1);  // warm up
+    run_hits(b, hot, z.hits / 10, 1);  // warm up
     // This machine is shared: the hypervisor takes the CPU away in bursts. Every verdict is
     // therefore a median of ratios between runs made next to each other (UCX one thread, vmtrack
     // one thread, vmtrack two threads, UCX two threads), not a ratio of medians.
-    std::vector<double> one_ns, scalings, cpu_scalings, floor_ns, floor_scalings, floor_cpu_scalings;
-    std::vector<double> u1, ucx_scalings, ucx_cpu_scalings, ratios;
-    bool ucx_ok = opt.compare_ucx;
+    HitRuns h;
+    f->ucx_ok = opt.compare_ucx;
     CpuSteal steal_before = CpuSteal::now();
-    for (int r = 0; r < reps; r++) {
-        double ns1 = 0, rate1u = 0, cpu1u = 0, ns2 = 0, rate2u = 0, cpu2u = 0;
-        if (ucx_ok && run_ucx(1024, kRegionBytes, hits / 4, 1, &ns1, &rate1u, &cpu1u))
-            ucx_ok = false;
-        HitResult h1 = run_hits(b, hot, hits, 1);
-        HitResult h2 = run_hits(b, hot, hits, 2);
-        if (ucx_ok && run_ucx(1024, kRegionBytes, hits / 4, 2, &ns2, &rate2u, &cpu2u))
-            ucx_ok = false;
-        // Through pointers that the compiler cannot see through: two real calls, like a PLT's.
-        GetFn volatile empty_get_fn = empty_get;
-        PutFn volatile empty_put_fn = empty_put;
-        HitResult f1 = run_hits(b, hot, hits, 1, empty_get_fn, empty_put_fn);
-        HitResult f2 = run_hits(b, hot, hits, 2, empty_get_fn, empty_put_fn);
-        floor_ns.push_back(f1.ns_per_hit);
-        floor_scalings.push_back(f2.hits_per_sec / f1.hits_per_sec);
-        floor_cpu_scalings.push_back(f2.hits_per_cpu_sec / f1.hits_per_cpu_sec);
-        one_ns.push_back(h1.ns_per_hit);
-        scalings.push_back(h2.hits_per_sec / h1.hits_per_sec);
-        cpu_scalings.push_back(h2.hits_per_cpu_sec / h1.hits_per_cpu_sec);
-        if (ucx_ok) {
-            u1.push_back(ns1);
-            ucx_scalings.push_back(rate2u / rate1u);
-            ucx_cpu_scalings.push_back(cpu2u / cpu1u);
-            ratios.push_back(h1.ns_per_hit / ns1);
-        }
-    }
-    double steal_share = CpuSteal::now().share_since(steal_before);
-    double hit1 = median(one_ns), scaling = median(scalings), cpu_scaling = median(cpu_scalings);
-    double call_floor = median(floor_ns);
-    double floor_scaling = median(floor_scalings), floor_cpu_scaling = median(floor_cpu_scalings);
+    for (int r = 0; r < z.reps; r++)
+        hit_repetition(b, hot, z.hits, &f->ucx_ok, &h);
+    f->steal_share = CpuSteal::now().share_since(steal_before);
+    f->hit1 = median(h.one_ns);
+    f->scaling = median(h.scalings);
+    f->cpu_scaling = median(h.cpu_scalings);
+    f->call_floor = median(h.floor_ns);
+    f->floor_scaling = median(h.floor_scalings);
+    f->floor_cpu_scaling = median(h.floor_cpu_scalings);
     VMT_OPTS(vmt_stats, st);
     vmt_stats_get(b.cache, &st);
+    f->st = st;
 
     // Miss cost beyond the device: flush, then register every region again.
     vmt_flush(b.cache);
-    double miss_again_ns = b.fill();
+    f->miss_again_ns = b.fill();
     b.close();
-
-    double ucx1 = -1, ucx_scaling = -1, ucx_cpu_scaling = -1, ucx_ratio = -1;
-    if (ucx_ok && !u1.empty()) {
-        ucx1 = median(u1);
-        ucx_scaling = median(ucx_scalings);
-        ucx_cpu_scaling = median(ucx_cpu_scalings);
-        ucx_ratio = median(ratios);
+    if (f->ucx_ok && !h.u1.empty()) {
+        f->ucx1 = median(h.u1);
+        f->ucx_scaling = median(h.ucx_scalings);
+        f->ucx_cpu_scaling = median(h.ucx_cpu_scalings);
+        f->ucx_ratio = median(h.ratios);
     }
+    return 0;
+}
 
-    // ---- 10^6 regions ----
+// What the 10^6-region cache measured (big_ucx_ns > 0 where UCX ran).
+struct BigFigures {
+    double hit_hot = 0, hit_all = 0, ucx_ns = -1, ucx_ratio = -1;
+    double bytes_per_entry = 0, fixed_mib = 0, miss_ns = 0;
+};
+
+// 10^6 regions: memory per entry, a 1024-region working set spread over all, and hits at
+// random over all against UCX's with as many. 0 or 1 (said why).
+int bench_big(const Options &opt, const Sizes &z, bool ucx_ok, BigFigures *f)
+{
     Bench m;
     long rss_before_cache = rss_bytes();
-    rc = m.open(opt.tracker.c_str(), big);
+    int rc = m.open(opt.tracker.c_str(), z.big);
     if (rc) {
         fprintf(stderr, "vmtrack bench: cannot create the large cache: %s\n", vmt_strerror(rc));
         return 1;
@@ -460,41 +477,47 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     // 2 MiB resident from creation) is reported apart: charged to the entries, it made the
     // figure depend on how many there are (10^6: +2 bytes, --quick's 2 * 10^5: +10).
     long rss0 = rss_bytes();
-    double fixed_mib = (double)(rss0 - rss_before_cache) / (1024.0 * 1024.0);
-    double big_miss_ns = m.fill();
+    f->fixed_mib = (double)(rss0 - rss_before_cache) / (1024.0 * 1024.0);
+    f->miss_ns = m.fill();
     long rss1 = rss_bytes();
-    double bytes_per_entry = (double)(rss1 - rss0) / (double)big;
+    f->bytes_per_entry = (double)(rss1 - rss0) / (double)z.big;
     // The same working-set size as above (1024 regions), spread over the whole index...
     std::vector<uint32_t> spread(1024);
     for (size_t i = 0; i < 1024; i++)
-        spread[i] = (uint32_t)(i * (big / 1024));
-    run_hits(m, spread, hits / 10, 1);
-    std::vector<double> big_hot, big_all, big_ucx, big_ratios;
-    bool big_ucx_ok = ucx_ok;
-    for (int r = 0; r < reps; r++) {
-        big_hot.push_back(run_hits(m, spread, hits, 1).ns_per_hit);
+        spread[i] = (uint32_t)(i * (z.big / 1024));
+    run_hits(m, spread, z.hits / 10, 1);
+    std::vector<double> hot, all, ucx, ratios;
+    for (int r = 0; r < z.reps; r++) {
+        hot.push_back(run_hits(m, spread, z.hits, 1).ns_per_hit);
         // UCX's rcache with the same 10^6 regions, hit at random over all, paired.
         double uns = 0, urate = 0, ucpu = 0;
-        if (big_ucx_ok && run_ucx(big, kRegionBytes, hits / 4, 1, &uns, &urate, &ucpu))
-            big_ucx_ok = false;
-        big_all.push_back(run_hits(m, all_regions(big), hits / 4, 1).ns_per_hit);
-        if (big_ucx_ok) {
-            big_ucx.push_back(uns);
-            big_ratios.push_back(big_all.back() / uns);
+        if (ucx_ok && run_ucx(z.big, kRegionBytes, z.hits / 4, 1, &uns, &urate, &ucpu))
+            ucx_ok = false;
+        all.push_back(run_hits(m, all_regions(z.big), z.hits / 4, 1).ns_per_hit);
+        if (ucx_ok) {
+            ucx.push_back(uns);
+            ratios.push_back(all.back() / uns);
         }
     }
-    double hit_big_hot = median(big_hot), hit_big_all = median(big_all);
-    double big_ucx_ns = big_ucx_ok ? median(big_ucx) : -1;
-    double big_ucx_ratio = big_ucx_ok ? median(big_ratios) : -1;
+    f->hit_hot = median(hot);
+    f->hit_all = median(all);
+    f->ucx_ns = ucx_ok ? median(ucx) : -1;
+    f->ucx_ratio = ucx_ok ? median(ratios) : -1;
     m.close();
+    return 0;
+}
 
-    // ---- hit cost with each tracker available here ----
-    struct TrackerHit {
-        std::string name;
-        double ns;
-        std::string why;
-    };
+struct TrackerHit {
+    std::string name;
+    double ns;
+    std::string why;
+};
+
+// The 1024-region hit with each tracker available here.
+std::vector<TrackerHit> bench_tracker_hits(const Sizes &z)
+{
     std::vector<TrackerHit> per_tracker;
+    std::vector<uint32_t> hot = all_regions(1024);
     for (const char *t : {"none", "hooks", "uffd", "kmod"}) {
         Bench tb;
         int trc = tb.open(t, 1024);
@@ -504,127 +527,139 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
             continue;
         }
         tb.fill();
-        run_hits(tb, hot, hits / 10, 1);
+        run_hits(tb, hot, z.hits / 10, 1);
         std::vector<double> v;
-        for (int r = 0; r < reps; r++)
-            v.push_back(run_hits(tb, hot, hits / 2, 1).ns_per_hit);
+        for (int r = 0; r < z.reps; r++)
+            v.push_back(run_hits(tb, hot, z.hits / 2, 1).ns_per_hit);
         per_tracker.push_back({t, median(v), ""});
         tb.close();
     }
-    // ---- unmapping cost per tracker ----
-    struct TrackerUnmap {
-        std::string name;
-        struct vmtrack_tracker_unmap_cost cost;
-        int rc;
-    };
+    return per_tracker;
+}
+
+struct TrackerUnmap {
+    std::string name;
+    struct vmtrack_tracker_unmap_cost cost;
+    int rc;
+};
+
+std::vector<TrackerUnmap> bench_unmaps()
+{
     std::vector<TrackerUnmap> unmaps;
     for (const char *t : {"hooks", "uffd", "kmod"}) {
         struct vmtrack_tracker_unmap_cost cost {};
         int urc = vmtrack_bench_tracker_unmap(t, &cost);
         unmaps.push_back({t, cost, urc});
     }
+    return unmaps;
+}
 
-    // ---- UCX's rcache API served by libvmtrack-ucx, against stock UCX ----
-    std::vector<Row> module_rows;
-    std::string module_json = "null";
-    if (opt.compare_ucx) {
-        rc = bench_ucx_module(opt.quick, &module_rows, &module_json);
-        if (rc) {
-            fprintf(stderr, "vmtrack bench: the UCX module's workloads failed: %s\n",
-                    vmt_strerror(rc));
-            return 1;
-        }
+// The hit rows of the 1024-region cache.
+void hit_rows(const HitFigures &h, std::vector<Row> *rows)
+{
+    rows->push_back({"hit (vmt_get+vmt_put), 1024 regions, 1 thread", fmt(h.hit1), "ns",
+                     h.ucx1 > 0 ? "<= UCX/4 (ratio below)" : "<= 10.5 (42/4) ns",
+                     h.ucx1 > 0 ? "" : verdict(h.hit1 <= 10.5)});
+    if (h.ucx1 > 0) {
+        rows->push_back({VMT_BENCH_UCX " ucs_rcache_get+region_put, same workload", fmt(h.ucx1), "ns", "(baseline)", ""});
+        rows->push_back({"hit / UCX hit (median of paired runs)", fmt(h.ucx_ratio, 3), "x", "<= 0.25x",
+                         verdict(h.ucx_ratio <= 0.25)});
     }
+    rows->push_back({"the same loop calling two empty functions", fmt(h.call_floor), "ns", "(reported)",
+                     "in both figures above"});
+    rows->push_back({"hit / the empty-call loop", fmt(h.hit1 / h.call_floor, 2), "x", "<= 3x",
+                     verdict(h.hit1 <= 3 * h.call_floor)});
+    rows->push_back({"2 threads / 1 thread, hits per second of wall time", fmt(h.scaling, 2), "x",
+                     ">= 1.6x", verdict(h.scaling >= 1.6)});
+    rows->push_back({"2 threads / 1 thread, hits per second of the threads' CPU", fmt(h.cpu_scaling, 2),
+                     "x", ">= 1.6x", verdict(h.cpu_scaling >= 1.6)});
+    if (h.ucx_scaling > 0)
+        rows->push_back({"UCX: 2 threads / 1 thread, wall / CPU",
+                         fmt(h.ucx_scaling, 2) + " / " + fmt(h.ucx_cpu_scaling, 2), "x", "(baseline)", ""});
+    rows->push_back({"the empty-call loop: 2 threads / 1 thread, wall / CPU",
+                     fmt(h.floor_scaling, 2) + " / " + fmt(h.floor_cpu_scaling, 2), "x", "(reported)",
+                     "what this machine allows"});
+    rows->push_back({"CPU taken by the hypervisor (steal) during the runs above", fmt(100 * h.steal_share),
+                     "%", "(reported)", h.steal_share > 0.05 ? "wall-time figures are noisy" : ""});
+}
 
-    // ---- report ----
-    rows.push_back({"hit (vmt_get+vmt_put), 1024 regions, 1 thread", fmt(hit1), "ns",
-                    ucx1 > 0 ? "<= UCX/4 (ratio below)" : "<= 10.5 (42/4) ns",
-                    ucx1 > 0 ? "" : verdict(hit1 <= 10.5)});
-    if (ucx1 > 0) {
-        rows.push_back({VMT_BENCH_UCX " ucs_rcache_get+region_put, same workload", fmt(ucx1), "ns", "(baseline)", ""});
-        rows.push_back({"hit / UCX hit (median of paired runs)", fmt(ucx_ratio, 3), "x", "<= 0.25x",
-                        verdict(ucx_ratio <= 0.25)});
-    }
-    rows.push_back({"the same loop calling two empty functions", fmt(call_floor), "ns", "(reported)",
-                    "in both figures above"});
-    rows.push_back({"hit / the empty-call loop", fmt(hit1 / call_floor, 2), "x", "<= 3x",
-                    verdict(hit1 <= 3 * call_floor)});
-    rows.push_back({"2 threads / 1 thread, hits per second of wall time", fmt(scaling, 2), "x",
-                    ">= 1.6x", verdict(scaling >= 1.6)});
-    rows.push_back({"2 threads / 1 thread, hits per second of the threads' CPU", fmt(cpu_scaling, 2),
-                    "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
-    if (ucx_scaling > 0)
-        rows.push_back({"UCX: 2 threads / 1 thread, wall / CPU",
-                        fmt(ucx_scaling, 2) + " / " + fmt(ucx_cpu_scaling, 2), "x", "(baseline)", ""});
-    rows.push_back({"the empty-call loop: 2 threads / 1 thread, wall / CPU",
-                    fmt(floor_scaling, 2) + " / " + fmt(floor_cpu_scaling, 2), "x", "(reported)",
-                    "what this machine allows"});
-    rows.push_back({"CPU taken by the hypervisor (steal) during the runs above", fmt(100 * steal_share),
-                    "%", "(reported)", steal_share > 0.05 ? "wall-time figures are noisy" : ""});
+// The 10^6-region rows and the miss costs.
+void big_rows(const HitFigures &h, const BigFigures &g, std::vector<Row> *rows)
+{
     // Both caches hold all 10^6 (limits above the count: with the default max_entries of
     // 262144 these would be miss rows).
-    rows.push_back({"hit, 10^6 cached (no entry limit), 1024-region working set", fmt(hit_big_hot), "ns",
-                    "<= 2x 1024 = " + fmt(2 * hit1) + " ns", verdict(hit_big_hot <= 2 * hit1)});
-    if (ucx1 > 0)
-        rows.push_back({"  the same / UCX's hit on its 1024 regions", fmt(hit_big_hot / ucx1, 3), "x",
-                        "<= 0.25x", verdict(hit_big_hot <= 0.25 * ucx1)});
-    rows.push_back({"hit, 10^6 cached (no entry limit), random over all", fmt(hit_big_all), "ns",
-                    "(reported)", "DRAM-bound"});
-    if (big_ucx_ns > 0) {
-        rows.push_back({VMT_BENCH_UCX ", 10^6 cached, random over all", fmt(big_ucx_ns), "ns", "(baseline)", ""});
-        rows.push_back({"hit 10^6 random / UCX's (median of paired runs)", fmt(big_ucx_ratio, 2), "x",
-                        "<= 1.0x (goal 0.5x)", verdict(big_ucx_ratio <= 1.0)});
+    rows->push_back({"hit, 10^6 cached (no entry limit), 1024-region working set", fmt(g.hit_hot), "ns",
+                     "<= 2x 1024 = " + fmt(2 * h.hit1) + " ns", verdict(g.hit_hot <= 2 * h.hit1)});
+    if (h.ucx1 > 0)
+        rows->push_back({"  the same / UCX's hit on its 1024 regions", fmt(g.hit_hot / h.ucx1, 3), "x",
+                         "<= 0.25x", verdict(g.hit_hot <= 0.25 * h.ucx1)});
+    rows->push_back({"hit, 10^6 cached (no entry limit), random over all", fmt(g.hit_all), "ns",
+                     "(reported)", "DRAM-bound"});
+    if (g.ucx_ns > 0) {
+        rows->push_back({VMT_BENCH_UCX ", 10^6 cached, random over all", fmt(g.ucx_ns), "ns", "(baseline)", ""});
+        rows->push_back({"hit 10^6 random / UCX's (median of paired runs)", fmt(g.ucx_ratio, 2), "x",
+                         "<= 1.0x (goal 0.5x)", verdict(g.ucx_ratio <= 1.0)});
     }
-    rows.push_back({"memory per cached entry (RSS growth while filling / entries)",
-                    fmt(bytes_per_entry, 0), "bytes", "<= 128", verdict(bytes_per_entry <= 128)});
-    rows.push_back({"  the empty cache (its memo), apart", fmt(fixed_mib, 1), "MiB", "(reported)",
-                    ""});
-    rows.push_back({"miss beyond the device's own registration", fmt(miss_again_ns, 0), "ns",
-                    "(reported)", ""});
-    rows.push_back({"miss, first fill of 1024 / of 10^6 regions",
-                    fmt(miss_ns, 0) + "/" + fmt(big_miss_ns, 0), "ns", "(reported)", ""});
+    rows->push_back({"memory per cached entry (RSS growth while filling / entries)",
+                     fmt(g.bytes_per_entry, 0), "bytes", "<= 128", verdict(g.bytes_per_entry <= 128)});
+    rows->push_back({"  the empty cache (its memo), apart", fmt(g.fixed_mib, 1), "MiB", "(reported)",
+                     ""});
+    rows->push_back({"miss beyond the device's own registration", fmt(h.miss_again_ns, 0), "ns",
+                     "(reported)", ""});
+    rows->push_back({"miss, first fill of 1024 / of 10^6 regions",
+                     fmt(h.miss_ns, 0) + "/" + fmt(g.miss_ns, 0), "ns", "(reported)", ""});
+}
 
-    if (opt.json) {
-        printf("{\"cpu\":\"%s\",\"tracker\":\"%s\",\"hit_ns\":%.2f,\"scaling_2t\":%.3f,\"scaling_2t_cpu\":%.3f,"
-               "\"ucx_hit_ns\":%.2f,\"ucx_scaling_2t\":%.3f,\"ucx_scaling_2t_cpu\":%.3f,"
-               "\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,"
-               "\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,"
-               "\"hit_1e6_all_ns\":%.2f,\"bytes_per_entry\":%.1f,\"empty_cache_mib\":%.2f,\"miss_ns\":%.1f,"
-               "\"hit_1e6_all_ucx_ns\":%.2f,\"regions_large\":%zu,\"misses\":%s,"
-               "\"ucx_module\":%s,\"trackers\":[",
-               json_escaped(cpu_model()).c_str(), tracker_used, hit1, scaling, cpu_scaling, ucx1, ucx_scaling, ucx_cpu_scaling,
-               ucx_ratio, call_floor, floor_scaling, floor_cpu_scaling, steal_share, hit_big_hot,
-               hit_big_all, bytes_per_entry, fixed_mib, miss_again_ns, big_ucx_ns, big, miss_json.c_str(),
-               module_json.c_str());
-        bool first = true;
-        for (const auto &t : per_tracker) {
-            printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
-            first = false;
-        }
-        printf("],\"unmap\":[");
-        first = true;
-        for (const auto &u : unmaps) {
-            printf("%s{\"name\":\"%s\",\"available\":%s,\"unheld_added_ns\":%.1f,"
-                   "\"per_munmap_added_ns\":%.1f,\"held_ns\":%.1f}",
-                   first ? "" : ",", u.name.c_str(), u.rc ? "false" : "true", u.cost.pair_added_ns,
-                   u.cost.hook_added_ns, u.cost.watched_ns);
-            first = false;
-        }
-        printf("]}\n");
-        return 0;
+// Everything measured, for the report.
+struct Report {
+    const Sizes *sizes;
+    const HitFigures *hits;
+    const BigFigures *big;
+    std::vector<Row> rows, miss_rows, module_rows;
+    std::string miss_json, module_json = "null";
+    std::vector<TrackerHit> per_tracker;
+    std::vector<TrackerUnmap> unmaps;
+};
+
+void print_json(const Report &r)
+{
+    const HitFigures &h = *r.hits;
+    const BigFigures &g = *r.big;
+    printf("{\"cpu\":\"%s\",\"tracker\":\"%s\",\"hit_ns\":%.2f,\"scaling_2t\":%.3f,\"scaling_2t_cpu\":%.3f,"
+           "\"ucx_hit_ns\":%.2f,\"ucx_scaling_2t\":%.3f,\"ucx_scaling_2t_cpu\":%.3f,"
+           "\"hit_vs_ucx\":%.3f,\"call_floor_ns\":%.2f,\"call_floor_scaling_2t\":%.3f,"
+           "\"call_floor_scaling_2t_cpu\":%.3f,\"steal_share\":%.3f,\"hit_1e6_hotset_ns\":%.2f,"
+           "\"hit_1e6_all_ns\":%.2f,\"bytes_per_entry\":%.1f,\"empty_cache_mib\":%.2f,\"miss_ns\":%.1f,"
+           "\"hit_1e6_all_ucx_ns\":%.2f,\"regions_large\":%zu,\"misses\":%s,"
+           "\"ucx_module\":%s,\"trackers\":[",
+           json_escaped(cpu_model()).c_str(), h.tracker_used, h.hit1, h.scaling, h.cpu_scaling,
+           h.ucx1, h.ucx_scaling, h.ucx_cpu_scaling, h.ucx_ratio, h.call_floor, h.floor_scaling,
+           h.floor_cpu_scaling, h.steal_share, g.hit_hot, g.hit_all, g.bytes_per_entry,
+           g.fixed_mib, h.miss_again_ns, g.ucx_ns, r.sizes->big, r.miss_json.c_str(),
+           r.module_json.c_str());
+    bool first = true;
+    for (const auto &t : r.per_tracker) {
+        printf("%s{\"name\":\"%s\",\"hit_ns\":%.2f}", first ? "" : ",", t.name.c_str(), t.ns);
+        first = false;
     }
-    printf("vmtrack %s bench: tracker %s, null device, 64 KiB regions, %zu hits per run, "
-           "medians of %d runs\nCPU: %s\n", vmt_version(), tracker_used, hits, reps,
-           cpu_model().c_str());
-    print_rows(opt, rows, "Cache");
-    print_rows(opt, miss_rows, ("Misses, eviction, buffers used once: tracker " + mo.tracker +
-                                ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
-    if (!module_rows.empty())
-        print_rows(opt, module_rows, "UCX's rcache API served by libvmtrack-ucx (hooks tracker) "
-                                     "against stock " VMT_BENCH_UCX ": the hit and miss workloads above, "
-                                     "a mem_reg that does nothing, max_regions 512");
+    printf("],\"unmap\":[");
+    first = true;
+    for (const auto &u : r.unmaps) {
+        printf("%s{\"name\":\"%s\",\"available\":%s,\"unheld_added_ns\":%.1f,"
+               "\"per_munmap_added_ns\":%.1f,\"held_ns\":%.1f}",
+               first ? "" : ",", u.name.c_str(), u.rc ? "false" : "true", u.cost.pair_added_ns,
+               u.cost.hook_added_ns, u.cost.watched_ns);
+        first = false;
+    }
+    printf("]}\n");
+}
+
+// The per-tracker hit and unmapping tables of the text report.
+void print_trackers(const Report &r)
+{
+    double ucx1 = r.hits->ucx1;
     printf("\nHit cost per tracker (1024 regions, 1 thread)\n");
-    for (const auto &t : per_tracker) {
+    for (const auto &t : r.per_tracker) {
         if (t.ns < 0)
             printf("  %-8s not available here (%s)\n", t.name.c_str(), t.why.c_str());
         else
@@ -636,17 +671,96 @@ extern "C" int vmtrack_cmd_bench(int argc, char **argv)
     printf("\nUnmapping cost per tracker (target: +150 ns at most on memory the cache does not hold)\n"
            "  %-8s %30s %28s %26s\n", "tracker", "mmap+munmap not cached: +ns",
            "munmap, nothing mapped: +ns", "munmap of a cached 64K: ns");
-    for (const auto &u : unmaps) {
+    for (const auto &u : r.unmaps) {
         if (u.rc)
             printf("  %-8s %30s (%s)\n", u.name.c_str(), "not available here", strerror(-u.rc));
         else
             printf("  %-8s %30.0f %28.0f %26.0f\n", u.name.c_str(), u.cost.pair_added_ns,
                    u.cost.hook_added_ns, u.cost.watched_ns);
     }
+}
+
+void print_text(const Options &opt, const MissBenchOptions &mo, const Report &r)
+{
+    const HitFigures &h = *r.hits;
+    printf("vmtrack %s bench: tracker %s, null device, 64 KiB regions, %zu hits per run, "
+           "medians of %d runs\nCPU: %s\n", vmt_version(), h.tracker_used, r.sizes->hits,
+           r.sizes->reps, cpu_model().c_str());
+    print_rows(opt, r.rows, "Cache");
+    print_rows(opt, r.miss_rows, ("Misses, eviction, buffers used once: tracker " + mo.tracker +
+                                  ", null device (checks mapped, like io_uring), cache limited to 512 entries").c_str());
+    if (!r.module_rows.empty())
+        print_rows(opt, r.module_rows, "UCX's rcache API served by libvmtrack-ucx (hooks tracker) "
+                                       "against stock " VMT_BENCH_UCX ": the hit and miss workloads above, "
+                                       "a mem_reg that does nothing, max_regions 512");
+    print_trackers(r);
     printf("\nstatistics of the 1024-region cache: %llu hits (%.1f%% from the memo), %llu misses, "
            "%llu registrations\n",
-           (unsigned long long)st.hits, st.hits ? 100.0 * (double)st.memo_hits / (double)st.hits : 0.0,
-           (unsigned long long)st.misses, (unsigned long long)st.registrations);
-    print_targets_held({&rows, &miss_rows, &module_rows});
+           (unsigned long long)h.st.hits, h.st.hits ? 100.0 * (double)h.st.memo_hits / (double)h.st.hits : 0.0,
+           (unsigned long long)h.st.misses, (unsigned long long)h.st.registrations);
+    print_targets_held({&r.rows, &r.miss_rows, &r.module_rows});
+}
+
+// --misses: only the miss workloads. 0 or 1.
+int misses_only(const Options &opt, const MissBenchOptions &mo, int reps,
+                const std::vector<Row> &miss_rows, const std::string &miss_json)
+{
+    if (opt.json) {
+        printf("{\"misses\":%s}\n", miss_json.c_str());
+        return 0;
+    }
+    printf("CPU: %s\n", cpu_model().c_str());
+    print_rows(opt, miss_rows, ("Misses: tracker " + mo.tracker + ", null device (checks mapped, like io_uring), " +
+                                "cache limited to 512 entries, medians of " +
+                                std::to_string(reps) + " runs").c_str());
+    print_targets_held({&miss_rows});
+    return 0;
+}
+
+}  // namespace
+
+extern "C" int vmtrack_cmd_bench(int argc, char **argv)
+{
+    Options opt;
+    if (int rc = parse_options(argc, argv, &opt))
+        return rc;
+    const Sizes z{opt.quick ? (size_t)2000000 : (size_t)20000000,
+                  opt.quick ? (size_t)200000 : (size_t)1000000, opt.quick ? 5 : 9};
+    HitFigures hits;
+    BigFigures big;
+    Report rep{&z, &hits, &big, {}, {}, {}, "", "null", {}, {}};
+
+    // ---- misses, eviction, buffers used once (with hooks unless a tracker is named) ----
+    MissBenchOptions mo;
+    mo.quick = opt.quick;
+    mo.compare_ucx = opt.compare_ucx;
+    mo.tracker = opt.tracker_given ? opt.tracker : "hooks";
+    int rc = bench_misses(mo, &rep.miss_rows, &rep.miss_json);
+    if (rc) {
+        fprintf(stderr, "vmtrack bench: the miss workloads failed: %s\n", vmt_strerror(rc));
+        return 1;
+    }
+    if (opt.misses_only)
+        return misses_only(opt, mo, z.reps, rep.miss_rows, rep.miss_json);
+
+    if (bench_hits(opt, z, &hits) || bench_big(opt, z, hits.ucx_ok, &big))
+        return 1;
+    rep.per_tracker = bench_tracker_hits(z);
+    rep.unmaps = bench_unmaps();
+    // ---- UCX's rcache API served by libvmtrack-ucx, against stock UCX ----
+    if (opt.compare_ucx) {
+        rc = bench_ucx_module(opt.quick, &rep.module_rows, &rep.module_json);
+        if (rc) {
+            fprintf(stderr, "vmtrack bench: the UCX module's workloads failed: %s\n",
+                    vmt_strerror(rc));
+            return 1;
+        }
+    }
+    hit_rows(hits, &rep.rows);
+    big_rows(hits, big, &rep.rows);
+    if (opt.json)
+        print_json(rep);
+    else
+        print_text(opt, mo, rep);
     return 0;
 }

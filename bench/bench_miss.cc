@@ -229,71 +229,61 @@ struct Workload {
     bool target;      // issue 12's table holds it to <= 1.0x UCX; otherwise reported
 };
 
-}  // namespace
-
-int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::string *json)
+// One workload against UCX's, paired runs: its rows and its part of the JSON object.
+// *ucx: still comparing (false once UCX's helper failed); *ucx_ns: UCX's median.
+int bench_workload(const MissBenchOptions &opt, const Workload &k, int reps, bool *ucx,
+                   std::vector<Row> *rows, std::string *json, double *ucx_ns)
 {
-    const int reps = opt.quick ? 5 : 9;
-    const size_t fresh = opt.quick ? MISS_OPS_FRESH / 2 : MISS_OPS_FRESH;
-    const Workload work[] = {
-        {MISS_FRESH_APART, fresh, "fresh_apart", true},
-        {MISS_FRESH_ADJACENT, fresh, "fresh_adjacent", true},
-        {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM, "random_1024", true},
-        {MISS_RANDOM_FIRST, MISS_OPS_RANDOM_FIRST, "random_1024_first", false},
-        {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE, "once", true},
-        {MISS_HOT_CHURN, opt.quick ? MISS_OPS_HOT / 2 : MISS_OPS_HOT, "hot_churn", false},
-    };
-    bool ucx = opt.compare_ucx;
-    double ucx_fresh_ns = -1;
-    *json = "{\"tracker\":\"" + opt.tracker + "\"";
-    for (const Workload &k : work) {
-        std::vector<double> v_ns, u_ns, ratios, v_regs, u_regs;
-        for (int r = 0; r < reps; r++) {
-            double u[5] = {0, 0, 0, 0, 0};
-            if (ucx && run_ucx(k.w, k.ops, 1, u))
-                ucx = false;
-            struct miss_result res {};
-            int rc = run_vmtrack(opt.tracker, k.w, k.ops, 1, &res);
-            if (rc)
-                return rc;
-            // The buffer used once counts what the cache adds to the loop without it.
-            double v = res.ns_per_op - res.once_without_ns, uv = u[0] - u[3];
-            v_ns.push_back(v);
-            v_regs.push_back(res.regs_per_op);
-            if (ucx) {
-                u_ns.push_back(uv);
-                u_regs.push_back(u[4]);
-                if (uv > 0)
-                    ratios.push_back(v / uv);
-            }
+    std::vector<double> v_ns, u_ns, ratios, v_regs, u_regs;
+    for (int r = 0; r < reps; r++) {
+        double u[5] = {0, 0, 0, 0, 0};
+        if (*ucx && run_ucx(k.w, k.ops, 1, u))
+            *ucx = false;
+        struct miss_result res {};
+        int rc = run_vmtrack(opt.tracker, k.w, k.ops, 1, &res);
+        if (rc)
+            return rc;
+        // The buffer used once counts what the cache adds to the loop without it.
+        double v = res.ns_per_op - res.once_without_ns, uv = u[0] - u[3];
+        v_ns.push_back(v);
+        v_regs.push_back(res.regs_per_op);
+        if (*ucx) {
+            u_ns.push_back(uv);
+            u_regs.push_back(u[4]);
+            if (uv > 0)
+                ratios.push_back(v / uv);
         }
-        double v = median(v_ns), uv = median(u_ns), ratio = median(ratios);
-        if (k.w == MISS_FRESH_APART)
-            ucx_fresh_ns = uv;
-        rows->push_back({miss_workload_title(k.w), fmt(v, 0), "ns",
-                         ucx && k.target ? "<= 1.0x UCX" : "(reported)", ""});
-        if (ucx) {
-            rows->push_back({"  " VMT_BENCH_UCX " rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
-                             "(baseline)", ""});
-            // Below zero: what vmtrack adds is smaller than the run-to-run noise of the loop.
-            if (k.target)
-                rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
-                                 ratio < 0 ? "<= 1.0x (below noise)" : "<= 1.0x",
-                                 verdict(!ratios.empty() && ratio <= 1.0)});
-            else
-                rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
-                                 "(reported)", ""});
-        }
-        // What each cache did: a registration per operation is a miss, none a hit (UCX 1.13
-        // grows past max_regions rather than evict).
-        std::string regs = fmt(median(v_regs), 3) + (ucx ? " / " + fmt(median(u_regs), 3) : "");
-        rows->push_back({ucx ? "  registrations per op, vmtrack / UCX" : "  registrations per op",
-                         regs, "", "(reported)", ""});
-        *json += std::string(",\"") + k.key + "_ns\":" + fmt(v, 1) + ",\"" + k.key +
-                 "_ucx_ns\":" + fmt(uv, 1) + ",\"" + k.key + "_ratio\":" + fmt(ratio, 3);
     }
+    double v = median(v_ns), uv = median(u_ns), ratio = median(ratios);
+    *ucx_ns = uv;
+    rows->push_back({miss_workload_title(k.w), fmt(v, 0), "ns",
+                     *ucx && k.target ? "<= 1.0x UCX" : "(reported)", ""});
+    if (*ucx) {
+        rows->push_back({"  " VMT_BENCH_UCX " rcache, same workload (its own hooks)", fmt(uv, 0), "ns",
+                         "(baseline)", ""});
+        // Below zero: what vmtrack adds is smaller than the run-to-run noise of the loop.
+        if (k.target)
+            rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
+                             ratio < 0 ? "<= 1.0x (below noise)" : "<= 1.0x",
+                             verdict(!ratios.empty() && ratio <= 1.0)});
+        else
+            rows->push_back({"  vmtrack / UCX (median of paired runs)", fmt(ratio, 2), "x",
+                             "(reported)", ""});
+    }
+    // What each cache did: a registration per operation is a miss, none a hit (UCX 1.13
+    // grows past max_regions rather than evict).
+    std::string regs = fmt(median(v_regs), 3) + (*ucx ? " / " + fmt(median(u_regs), 3) : "");
+    rows->push_back({*ucx ? "  registrations per op, vmtrack / UCX" : "  registrations per op",
+                     regs, "", "(reported)", ""});
+    *json += std::string(",\"") + k.key + "_ns\":" + fmt(v, 1) + ",\"" + k.key +
+             "_ucx_ns\":" + fmt(uv, 1) + ",\"" + k.key + "_ratio\":" + fmt(ratio, 3);
+    return 0;
+}
 
-    // Pass mode: every get registers, the last put deregisters (the device does nothing).
+// Pass mode: every get registers, the last put deregisters (the device does nothing).
+int bench_pass_mode(size_t fresh, int reps, double ucx_fresh_ns, std::vector<Row> *rows,
+                    double *pass)
+{
     std::vector<double> pass_ns;
     for (int r = 0; r < reps; r++) {
         struct miss_result res {};
@@ -302,17 +292,22 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
             return rc;
         pass_ns.push_back(res.ns_per_op);
     }
-    double pass = median(pass_ns);
-    rows->push_back({"pass mode get+put (nothing cached)", fmt(pass, 0), "ns",
-                     ucx_fresh_ns > 0 ? "(reported, " + fmt(pass / ucx_fresh_ns, 2) + "x UCX miss)"
+    *pass = median(pass_ns);
+    rows->push_back({"pass mode get+put (nothing cached)", fmt(*pass, 0), "ns",
+                     ucx_fresh_ns > 0 ? "(reported, " + fmt(*pass / ucx_fresh_ns, 2) + "x UCX miss)"
                                       : "(reported)", ""});
+    return 0;
+}
 
-    // Two threads missing on different ranges of one cache, against one thread. Runs long
-    // enough (tens of milliseconds) that starting the threads and this machine's bursts of
-    // steal do not decide the ratio: 32768 misses a run (3-4 ms) gave 1.3-1.7x for what
-    // 262144 measured at 1.6-1.7x every time. Each thread settles first (1024 misses,
-    // untimed, in both runs and in UCX's): the second thread's lane faulted its memo in at
-    // its first miss (0.1-0.3 ms), 2% of the two threads' run and none of the one's.
+// Two threads missing on different ranges of one cache, against one thread. Runs long
+// enough (tens of milliseconds) that starting the threads and this machine's bursts of
+// steal do not decide the ratio: 32768 misses a run (3-4 ms) gave 1.3-1.7x for what
+// 262144 measured at 1.6-1.7x every time. Each thread settles first (1024 misses,
+// untimed, in both runs and in UCX's): the second thread's lane faulted its memo in at
+// its first miss (0.1-0.3 ms), 2% of the two threads' run and none of the one's.
+int bench_miss_scaling(const MissBenchOptions &opt, int reps, bool ucx, std::vector<Row> *rows,
+                       std::string *json)
+{
     const size_t scaling_ops = opt.quick ? 32768 : 131072;
     const enum miss_workload scaling = MISS_FRESH_SETTLED;
     std::vector<double> wall, cpu, ucx_wall;
@@ -337,20 +332,51 @@ int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::strin
                      fmt(wall_scaling, 2), "x", ">= 1.6x", verdict(wall_scaling >= 1.6)});
     rows->push_back({"misses, 2 threads / 1 thread, per second of the threads' CPU",
                      fmt(cpu_scaling, 2), "x", ">= 1.6x", verdict(cpu_scaling >= 1.6)});
-    if (ucx_scaling > 0)
+    if (ucx_scaling > 0) {
         rows->push_back({"  " VMT_BENCH_UCX ", same: 2 threads / 1 thread, wall", fmt(ucx_scaling, 2), "x",
                          "(baseline)", ""});
+        *json += ",\"ucx_miss_scaling_2t\":" + fmt(ucx_scaling, 3);
+    }
+    *json += ",\"miss_scaling_2t\":" + fmt(wall_scaling, 3) +
+             ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3);
+    return 0;
+}
 
-    double alone = 0, beside = 0;
-    int rc = hits_beside_misses(opt, reps, rows, &alone, &beside);
+}  // namespace
+
+int bench_misses(const MissBenchOptions &opt, std::vector<Row> *rows, std::string *json)
+{
+    const int reps = opt.quick ? 5 : 9;
+    const size_t fresh = opt.quick ? MISS_OPS_FRESH / 2 : MISS_OPS_FRESH;
+    const Workload work[] = {
+        {MISS_FRESH_APART, fresh, "fresh_apart", true},
+        {MISS_FRESH_ADJACENT, fresh, "fresh_adjacent", true},
+        {MISS_RANDOM_1024, opt.quick ? MISS_OPS_RANDOM / 2 : MISS_OPS_RANDOM, "random_1024", true},
+        {MISS_RANDOM_FIRST, MISS_OPS_RANDOM_FIRST, "random_1024_first", false},
+        {MISS_ONCE, opt.quick ? MISS_OPS_ONCE / 2 : MISS_OPS_ONCE, "once", true},
+        {MISS_HOT_CHURN, opt.quick ? MISS_OPS_HOT / 2 : MISS_OPS_HOT, "hot_churn", false},
+    };
+    bool ucx = opt.compare_ucx;
+    double ucx_fresh_ns = -1;
+    *json = "{\"tracker\":\"" + opt.tracker + "\"";
+    for (const Workload &k : work) {
+        double uv = -1;
+        int rc = bench_workload(opt, k, reps, &ucx, rows, json, &uv);
+        if (rc)
+            return rc;
+        if (k.w == MISS_FRESH_APART)
+            ucx_fresh_ns = uv;
+    }
+    double pass = 0, alone = 0, beside = 0;
+    int rc = bench_pass_mode(fresh, reps, ucx_fresh_ns, rows, &pass);
+    if (!rc)
+        rc = bench_miss_scaling(opt, reps, ucx, rows, json);
+    if (!rc)
+        rc = hits_beside_misses(opt, reps, rows, &alone, &beside);
     if (rc)
         return rc;
-    if (ucx_scaling > 0)
-        *json += ",\"ucx_miss_scaling_2t\":" + fmt(ucx_scaling, 3);
-    *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"miss_scaling_2t\":" + fmt(wall_scaling, 3) +
-             ",\"miss_scaling_2t_cpu\":" + fmt(cpu_scaling, 3) +
-             ",\"hit_beside_misses_ns\":" + fmt(beside, 2) + ",\"hit_alone_ns\":" + fmt(alone, 2) +
-             "}";
+    *json += ",\"pass_ns\":" + fmt(pass, 1) + ",\"hit_beside_misses_ns\":" + fmt(beside, 2) +
+             ",\"hit_alone_ns\":" + fmt(alone, 2) + "}";
     return 0;
 }
 
