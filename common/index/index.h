@@ -79,6 +79,7 @@ public:
         const Node *right = nullptr;  // the subtree just right of the path, deepest seen
         const Node *left = nullptr;   // and just left of it
         for (int depth = 0; n && depth < kMaxDepth; depth++) {
+            prefetch_rest(n);
             unsigned count = n->count.load(std::memory_order_relaxed);
             if (count > kFan)
                 return nullptr;
@@ -312,6 +313,17 @@ private:
         return i < (int)count ? i : (int)count - 1;
     }
 
+    // A node's other three lines, asked for as its first is: a walk over a large index finds
+    // its lower nodes in no CPU cache, and reading count, keys and then the value's line one
+    // after the other waited for memory up to three times per node (10^6 entries at random).
+    static void prefetch_rest(const Node *n) noexcept
+    {
+        const char *p = reinterpret_cast<const char *>(n);
+        __builtin_prefetch(p + 64);
+        __builtin_prefetch(p + 128);
+        __builtin_prefetch(p + 192);
+    }
+
     static uintptr_t key(const Node *n, unsigned i) noexcept { return n->keys[i].load(std::memory_order_relaxed); }
     static void *ptr(const Node *n, unsigned i) noexcept { return n->ptrs[i].load(std::memory_order_relaxed); }
     static unsigned count(const Node *n) noexcept { return n->count.load(std::memory_order_relaxed); }
@@ -379,12 +391,13 @@ private:
     }
 
     // Split a full node: the upper part moves to a new right sibling; returns it. An insertion
-    // at the very end (addresses growing, the usual way memory is handed out) keeps the left
-    // node full instead of half full.
+    // at the very end (addresses growing, the usual way memory is handed out) leaves the left
+    // node as it is, full, and starts the sibling with the new key alone: an index filled in
+    // address order has every node full (it kept 13 of 14 before: 1.5 bytes an entry more).
     Node *split(Node *n, unsigned pos) noexcept
     {
         Node *r = alloc_node(leaf(n));
-        unsigned half = pos == kFan ? kFan - 1 : kFan / 2;
+        unsigned half = pos == kFan ? kFan : kFan / 2;
         bool is_leaf = leaf(n);
         for (unsigned j = half; j < kFan; j++) {
             r->keys[j - half].store(key(n, j), std::memory_order_relaxed);
