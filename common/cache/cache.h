@@ -144,7 +144,7 @@ inline void reg_set_state(Reg *r, uint32_t state)
     r->bits.store((b & ~(0xffu << 8)) | state << 8, std::memory_order_release);
 }
 
-struct Entry {
+struct alignas(64) Entry {
     std::atomic<uintptr_t> start{0};
     std::atomic<uintptr_t> end{0};
     std::atomic<Reg *> regs{nullptr};
@@ -170,7 +170,7 @@ struct Entry {
     std::atomic<uint8_t> used{0};
     Entry *lru_prev = nullptr, *lru_next = nullptr;
 };
-static_assert(sizeof(Entry) <= 64, "an entry is one cache line");
+static_assert(sizeof(Entry) == 64 && alignof(Entry) == 64, "an entry is one cache line");
 constexpr uint16_t kMaxRegsAlive = UINT16_MAX;
 // The most of a soft-limited device's evictions that wait for each other (Device::soft_batch,
 // lifecycle.cc), and so the most a reclaim in a miss's lock turn takes (TakenLimbo).
