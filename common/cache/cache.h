@@ -534,7 +534,10 @@ private:
         std::atomic<uint32_t> denied;     // ~(the registration's access): one test on a hit
         std::atomic<uint32_t> watch_handle;
         std::atomic<uint32_t> watch_expect;
-        uint32_t unused;
+        // The first way's only: the low half of the tag last filled into the second way. A
+        // hint, trusted by nobody: a get whose tag is in neither way (10^6 entries at random:
+        // most gets) goes to the tree without waiting for the second way's line first.
+        std::atomic<uint32_t> way1_hint;
         std::atomic<void *> handle;       // the registration's handle, for vmt_get_handle
     };
     static_assert(sizeof(MemoSlot) == 64, "a memo slot is one cache line");

@@ -61,8 +61,16 @@ uintptr_t Cache::memo_lookup_probing(Device *dev, uintptr_t addr, uintptr_t end,
     uint64_t tag = (addr >> 12) | dev_tag;
     uint64_t epoch = epoch_.load(std::memory_order_acquire);
     const MemoSlot *m = &memo_[memo_set(tag)];
-    if (m->tag.load(std::memory_order_relaxed) != tag)
+    if (m->tag.load(std::memory_order_relaxed) != tag) {
+        if (m->way1_hint.load(std::memory_order_relaxed) != (uint32_t)tag) {
+            // Not in the second way either, most likely: the tree's walk is next, and the
+            // fill after it claims a slot of this set (memo_claim), the second way's line
+            // wanted then. Asked for now, it comes during the walk.
+            __builtin_prefetch(m + 1, 1);
+            return kMemoMiss;
+        }
         m++;
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     uint64_t stamp = m->stamp.load(std::memory_order_acquire);
     if ((uint32_t)stamp != (uint32_t)epoch || m->tag.load(std::memory_order_relaxed) != tag ||
@@ -134,6 +142,8 @@ Cache::MemoSlot *Cache::memo_claim(uint64_t epoch, Device *dev, uintptr_t addr, 
     uint64_t old = m.stamp.load(std::memory_order_relaxed);
     if (old & 1)
         return nullptr;  // another thread is filling it
+    if (way == 1 && set[0].way1_hint.load(std::memory_order_relaxed) != (uint32_t)tag)
+        set[0].way1_hint.store((uint32_t)tag, std::memory_order_relaxed);
     *writing = (((old >> 32) + 1) << 32) | (uint32_t)epoch | 1;
     if (!m.stamp.compare_exchange_strong(old, *writing, std::memory_order_seq_cst))
         return nullptr;
