@@ -168,13 +168,6 @@ void unmap_both(Maps *m)
     m->words = nullptr;
 }
 
-void close_both(int fds[2])
-{
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-}
-
 // Connect and say hello: the socket and the two maps' fds, or a negative errno and *why.
 int hello_daemon(int *sock, int fds[2], std::string *why)
 {
@@ -202,7 +195,9 @@ int hello_daemon(int *sock, int fds[2], std::string *why)
     fds[0] = fds[1] = -1;
     int rc = read_reply(s, &r, fds, why);
     if (rc < 0) {
-        close_both(fds);
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
         close(s);
         return rc;
     }
@@ -210,19 +205,21 @@ int hello_daemon(int *sock, int fds[2], std::string *why)
     return 0;
 }
 
+void close_both(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
 // Connect, say hello, map the two maps the daemon passes. 0 or a negative errno and *why.
-// With words_fd, the words map's fd stays open there (a reconnect maps it again elsewhere).
-int connect_daemon(Maps *out, std::string *why, int *words_fd = nullptr)
+int connect_daemon(Maps *out, std::string *why)
 {
     int s = -1, fds[2];
     int rc = hello_daemon(&s, fds, why);
     if (rc < 0)
         return rc;
     rc = map_both(fds, out, why);
-    if (rc == 0 && words_fd) {
-        *words_fd = fds[1];
-        fds[1] = -1;
-    }
     close_both(fds);
     if (rc < 0) {
         unmap_both(out);
@@ -455,18 +452,22 @@ private:
             reconnecting_.exchange(true, std::memory_order_acquire))
             return false;
         next_try_ns_.store(now + kRetryNs, std::memory_order_relaxed);
-        int words_fd = -1;
+        int sock = -1, fds[2] = {-1, -1};
         Maps fresh;
         std::string why;
-        int rc = connect_daemon(&fresh, &why, &words_fd);
+        int rc = hello_daemon(&sock, fds, &why);
+        if (rc == 0 && (rc = map_both(fds, &fresh, &why)) < 0) {
+            unmap_both(&fresh);
+            close(sock);
+        }
         if (rc == 0) {
             // Every entry was watched through the old maps: none may outlive them. Misses
             // planned before this see it in the cache's invalidation log and plan again.
             sink_->invalidate(0, UINTPTR_MAX);
             Guard g(busy_);
-            rc = adopt(fresh, words_fd);
-            close(words_fd);
+            rc = adopt(fresh, sock, fds[1]);
         }
+        close_both(fds);
         reconnecting_.store(false, std::memory_order_release);
         if (rc == 0)
             VMT_LOG_INFO("bpf: vmtrackd serves this process again: ranges are cached");
@@ -475,7 +476,7 @@ private:
 
     // With busy_ held: the new daemon's maps in place of the old ones, the words where the
     // old words were. A slot an old entry holds stays taken (orphan) until its unwatch.
-    int adopt(Maps &fresh, int words_fd) noexcept
+    int adopt(Maps &fresh, int sock, int words_fd) noexcept
     {
         size_t words_len = page_round(sizeof(vmtrack_bpf_words));
         void *at = const_cast<std::atomic<uint32_t> *>(maps_.words);
@@ -486,7 +487,7 @@ private:
             mmap(at, words_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
             VMT_LOG_WARN("bpf: cannot map the new vmtrackd's words: %s", strerror(e));
             unmap_both(&fresh);
-            close(fresh.sock);
+            close(sock);
             return -e;
         }
         munmap(const_cast<std::atomic<uint32_t> *>(fresh.words), words_len);
@@ -494,7 +495,7 @@ private:
         maps_.ranges = fresh.ranges;
         if (maps_.sock >= 0)
             close(maps_.sock);
-        maps_.sock = fresh.sock;
+        maps_.sock = sock;
         nfree_ = 0;
         for (uint32_t i = kSlots; i-- > 0;) {
             if (local_[i].used)
