@@ -67,15 +67,71 @@ teardown_hang_only() {
 	[ "$2" = 124 ] && grep -q 'verdict: pass' "$1" && ! grep -q 'verdict: fail' "$1"
 }
 
-# mpiexec.mpich -n 2 on one node; $1 names the run, the rest go to the job. UCX's protocol
-# tables (UCX_PROTO_INFO=y, where a run asks for them) are shown as proto_summary's rows.
+# The processes under $1 (pid first): parents before their children.
+descendants() {
+	local p=$1 f line rest c
+	echo "$p"
+	for f in /proc/[0-9]*/stat; do
+		read -r line <"$f" 2>/dev/null || continue
+		rest=${line##*) }
+		set -- $rest
+		[ "$2" = "$p" ] || continue
+		c=${f#/proc/}
+		descendants "${c%/stat}"
+	done
+}
+
+# What every rank of a job that did not exit is doing: each thread's kernel stack and wait
+# channel, and with gdb (where installed) every thread's user stack, 60 s at most per rank.
+dump_hung() {
+	local pid exe t
+	for pid in $(descendants "$1"); do
+		exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+		case ${exe##*/} in mpich_stale|mpich_send_cost) ;; *) continue ;; esac
+		echo "-- hung rank: pid $pid ($exe)"
+		for t in /proc/$pid/task/*; do
+			echo "   thread ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(sed 's/.*) \(.\).*/\1/' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
+			sed 's/^/      /' "$t/stack" 2>/dev/null
+		done
+		if command -v gdb >/dev/null 2>&1; then
+			timeout 60 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+				-ex 'thread apply all bt' </dev/null 2>&1 |
+				grep -e '^Thread' -e '^#' | sed 's/^/   /'
+		else
+			echo "   (no gdb: user stacks not shown)"
+		fi
+	done
+}
+
+# mpiexec.mpich -n 2 on one node, killed after $VMT_MPICH_TIMEOUT s (150) with every rank's
+# stacks shown first; $1 names the run, the rest go to the job. UCX's protocol tables
+# (UCX_PROTO_INFO=y, where a run asks for them) are shown as proto_summary's rows.
 run_job() {
-	local name=$1 out=/tmp/vmt_ucx_job.$$
+	local name=$1 out=/tmp/vmt_ucx_job.$$ limit=${VMT_MPICH_TIMEOUT:-150} waited=0 rc pid
 	shift
 	echo "== $name"
-	timeout 150 mpiexec.mpich -n 2 -launcher fork "$@" >"$out" 2>&1
-	local rc=$?
+	mpiexec.mpich -n 2 -launcher fork "$@" >"$out" 2>&1 &
+	pid=$!
+	while [ $waited -lt "$limit" ] && kill -0 $pid 2>/dev/null; do
+		sleep 1
+		waited=$((waited + 1))
+	done
+	if kill -0 $pid 2>/dev/null; then
+		{ echo "-- the job did not exit within $limit s: the ranks' stacks"; dump_hung $pid; } \
+			>"$out.stacks"
+		local procs
+		procs=$(descendants $pid)
+		kill -TERM $pid 2>/dev/null
+		sleep 5
+		kill -KILL $procs 2>/dev/null
+		wait $pid
+		rc=124
+	else
+		wait $pid
+		rc=$?
+	fi
 	grep -v -e '|' -e '^\[.*\] *+-' -e '^-*+' "$out"
+	[ ! -e "$out.stacks" ] || cat "$out.stacks"
 	if grep -q 'cfg#' "$out"; then
 		echo "-- protocols UCX chose for tagged sends (UCX_PROTO_INFO=y; zero-copy from the row that says so):"
 		proto_summary "$out"
@@ -84,10 +140,10 @@ run_job() {
 		echo "NOTE: UCX aborted after the job's verdict (ib_device.c:210, UCX issue 10432, also seen without the module): the verdict stands"
 		rc=0
 	elif teardown_hang_only "$out" $rc; then
-		echo "NOTE: the job hung after its verdict, in MPI_Finalize (killed after 150 s; an open problem, doc/ucx.md): the verdict stands"
+		echo "NOTE: the job hung after its verdict, in MPI_Finalize (killed after $limit s; an open problem, doc/ucx.md): the verdict stands"
 		rc=0
 	fi
-	rm -f "$out"
+	rm -f "$out" "$out.stacks"
 	echo "== $name: exit $rc"
 	return $rc
 }
