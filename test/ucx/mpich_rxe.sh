@@ -63,8 +63,9 @@ teardown_abort_only() {
 }
 
 # A run whose job printed its verdict and then did not exit: MPICH's MPI_Finalize over UCX 1.18
-# and rxe hangs now and then with the kmod tracker, also with the module refusing UCP's cache
-# (doc/ucx.md, known problems). Cause not known; the verdict was taken before it.
+# and rxe hangs now and then with the kmod tracker, one rank spinning in ucp_worker_progress
+# for an endpoint close after the other rank exited (doc/ucx.md, known limits). Cause not
+# known; the verdict was taken before it.
 teardown_hang_only() {
 	[ "$2" = 124 ] && grep -q 'verdict: pass' "$1" && ! grep -q 'verdict: fail' "$1"
 }
