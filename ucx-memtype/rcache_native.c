@@ -453,51 +453,55 @@ static inline struct ucx_g1_region *region_got(struct native_hdr *h, struct vmt_
     return region_of(h);
 }
 
-/* ucs_rcache_get's arguments, in memory across the memo lookup: kept in registers instead,
- * they cost every hit six saves and restores (0.3-0.4 ns of 11), and only a miss reads them. */
+/* ucs_rcache_get's arguments for a native rcache, in memory across the memo lookup: kept in
+ * registers instead, they cost every hit six saves and restores (0.3-0.4 ns of 11), and only
+ * a miss reads them. 1.13 passes six arguments: no seventh to keep. */
 struct get_call {
-    ucx_rcache_t *rcache;
+    struct native_rcache *nr;
     void *address;
     size_t length;
-    uintptr_t a3, a4, a5, a6;       /* the rest, as the caller's release passed them */
+    uintptr_t prot, arg, region_p;
 };
 
 /* ucs_rcache_get of an rcache the module does not serve: a watched one is checked
  * (rcache_watch.c), the others go to libucs with the caller's arguments as they came,
- * whichever of the two lists its release passes. */
-static ucs_status_t get_forward(const struct get_call *c)
+ * whichever of the two lists its release passes. Out of line, so that the hit path keeps no
+ * frame for it. */
+static __attribute__((noinline)) ucs_status_t get_forward(ucx_rcache_t *rcache, void *address,
+                                                          size_t length, uintptr_t a3,
+                                                          uintptr_t a4, uintptr_t a5,
+                                                          uintptr_t a6)
 {
-    return ucx_watch_get(c->rcache, c->address, c->length, c->a3, c->a4, c->a5, c->a6);
+    return ucx_watch_get(rcache, address, length, a3, a4, a5, a6);
 }
 
 /* Everything but a memo hit: the request in t_req for dev_reg, then the index and a
  * registration (vmt_get_handle_walk: vmt_get_memo has looked at the memo already). */
 static __attribute__((noinline)) ucs_status_t get_registering(const struct get_call *c)
 {
-    struct native_rcache *nr = native_of(c->rcache);
+    struct native_rcache *nr = c->nr;
     struct native_req req;
     struct native_hdr *h;
     struct vmt_device *d;
     struct vmt_reg *v;
     int ret;
 
-    if (!nr)
-        return get_forward(c);
     d = device(nr);
     if (!d)
         return UCS_ERR_IO_ERROR;
     req.nr = nr;
-    req.arg = (void *)c->a4;
+    req.arg = (void *)c->arg;
     req.addr = (uintptr_t)c->address;
     req.len = c->length;
     req.status = UCS_OK;
     req.prev = t_req;
     t_req = &req;
-    ret = vmt_get_handle_walk(d, c->address, c->length, access_of((int)c->a3), &v, (void **)&h);
+    ret = vmt_get_handle_walk(d, c->address, c->length, access_of((int)c->prot), &v,
+                              (void **)&h);
     t_req = req.prev;
     if (ret < 0)
         return req.status != UCS_OK ? req.status : vmt_ucx_errno_to_status(ret);
-    *(struct ucx_g1_region **)c->a5 = region_got(h, v);
+    *(struct ucx_g1_region **)c->region_p = region_got(h, v);
     return UCS_OK;
 }
 
@@ -509,22 +513,24 @@ static __attribute__((noinline)) ucs_status_t get_registering(const struct get_c
  * the running release passed them: on LP64 ABIs a six-argument caller's arguments are the
  * first six here, and the seventh (a stack slot of the caller's frame) is only read for a
  * release that passes it. Only a native rcache (1.13) is served here; none exists on another
- * release, where every call is forwarded. */
+ * release, where every call is forwarded (rcache_watch.c) by a tail call: the arguments go
+ * on as they came, the seventh in its stack slot, and a hit stores none it does not need. */
 VMT_UCX_EXPORT ucs_status_t ucs_rcache_get(ucx_rcache_t *rcache, void *address, size_t length,
                                            uintptr_t a3, uintptr_t a4, uintptr_t a5,
                                            uintptr_t a6)
 {
-    struct get_call c = {rcache, address, length, a3, a4, a5, a6};
     struct native_rcache *nr = native_of(rcache);
     struct native_hdr *h;
     struct vmt_device *d;
     struct vmt_reg *v;
 
+    if (__builtin_expect(!nr, 0))
+        return get_forward(rcache, address, length, a3, a4, a5, a6);
+    struct get_call c = {nr, address, length, a3, a4, a5};
     __asm__ volatile("" : : "m"(c));    /* stored here: see struct get_call */
     /* No fork generation check (device() is the miss's): a device attached before fork()
      * answers no memo lookup in the child, where vmtrack marks it forked away. */
-    if (__builtin_expect(nr != NULL, 1) &&
-        __builtin_expect((d = atomic_load_explicit(&nr->dev, memory_order_acquire)) != NULL, 1) &&
+    if (__builtin_expect((d = atomic_load_explicit(&nr->dev, memory_order_acquire)) != NULL, 1) &&
         vmt_get_memo(d, address, length, access_of((int)a3), &v, (void **)&h) == 0) {
         *(struct ucx_g1_region **)a5 = region_got(h, v);
         return UCS_OK;
