@@ -9,6 +9,8 @@
  *       fifth map) with its own registration cache (the module's counters), which from 1.16
  *       on (where ucp_mem_map uses it) cached: UCT registered the buffer once per set of
  *       pages (4), not per map (20) and not less,
+ *     - the same from four threads at once sharing UCP's context, each with a buffer of its
+ *       own: registered exactly as alone, per set of pages (from 1.16 on) or per map (before),
  *     - UCX's rcache API through the module's interposers, called with this release's
  *       prototypes (ucs_rcache_get took an alignment from 1.17 on): a get registers once, hits
  *       after, and after munmap + mmap of the range registers again,
@@ -26,6 +28,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,15 @@
     } while (0)
 
 #define LEN (64u << 10)
+
+/* The module under test: the one built here, or VMT_UCX_MODULE (test/ucx/release-matrix.sh
+ * runs this release's test with a module built against another UCX release). */
+static const char *module_path(void)
+{
+    const char *p = getenv("VMT_UCX_MODULE");
+
+    return p && *p ? p : VMT_UCX_MODULE_PATH;
+}
 
 /* ---- 1. the table ----------------------------------------------------------------------- */
 static int check_table(void)
@@ -239,6 +251,82 @@ static int check_ucp(unsigned long *regs, unsigned long *first)
     return 0;
 }
 
+/* The same from several threads at once, each on a buffer of its own (UCP shares the context
+ * between them): the module's watches and checks under concurrent maps, unmaps and page
+ * replacements. From 1.16 on each thread's buffer is registered once per set of pages, as
+ * alone; before, every map registers. Fewer registrations would be a stale hit. */
+#define UCP_THREADS 4
+struct ucp_thread {
+    ucp_context_h ctx;
+    void *buf;
+    pthread_barrier_t *start;
+    int failed;
+};
+
+static void *ucp_thread_maps(void *arg)
+{
+    struct ucp_thread *t = arg;
+
+    pthread_barrier_wait(t->start);
+    for (int i = 0; i < 20 && !t->failed; i++) {
+        ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                                 UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                                   .address = t->buf, .length = LEN};
+        ucp_mem_h memh;
+        if (ucp_mem_map(t->ctx, &mp, &memh) != UCS_OK) {
+            t->failed = 1;
+            break;
+        }
+        ucp_mem_unmap(t->ctx, memh);
+        if (i % 5 == 4 && (munmap(t->buf, LEN) != 0 || map_pages(t->buf) != t->buf))
+            t->failed = 1;
+    }
+    return NULL;
+}
+
+static int check_ucp_threads(unsigned long first, unsigned minor)
+{
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES |
+                                         UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+                           .mt_workers_shared = 1};
+    struct vmt_ucx_stats s = {.sz = sizeof(s)};
+    struct ucp_thread t[UCP_THREADS];
+    pthread_t tid[UCP_THREADS];
+    pthread_barrier_t start;
+    size_t span = 2 * LEN * UCP_THREADS;   /* a gap after each buffer: no region merges */
+    ucp_context_h ctx;
+    ucs_status_t st = ucp_init(&params, NULL, &ctx);
+    char *area = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    CHECK(st == UCS_OK, "ucp_init (workers shared): %s", ucs_status_string(st));
+    CHECK(area != MAP_FAILED, "mmap: %s", strerror(errno));
+    pthread_barrier_init(&start, NULL, UCP_THREADS);
+    for (int i = 0; i < UCP_THREADS; i++) {
+        t[i] = (struct ucp_thread){.ctx = ctx, .buf = area + 2 * LEN * i, .start = &start};
+        CHECK(map_pages(t[i].buf) == t[i].buf, "mmap: %s", strerror(errno));
+    }
+    CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    unsigned long before = (unsigned long)s.uct_registrations;   /* UCT's, of any range */
+    for (int i = 0; i < UCP_THREADS; i++)
+        CHECK(pthread_create(&tid[i], NULL, ucp_thread_maps, &t[i]) == 0, "pthread_create");
+    for (int i = 0; i < UCP_THREADS; i++) {
+        pthread_join(tid[i], NULL);
+        CHECK(!t[i].failed, "thread %d: ucp_mem_map or the page replacement failed", i);
+    }
+    CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    unsigned long regs = (unsigned long)s.uct_registrations - before;
+    unsigned long want = UCP_THREADS * (minor >= 16 ? 4 : 20) * first;
+    printf("  UCP, %d threads, 20 maps each of 4 sets of pages: UCT registered the buffers %lu "
+           "times (expected %lu)\n", UCP_THREADS, regs, want);
+    CHECK(regs == want, "%s", regs < want ? "replaced pages were not registered again (stale)"
+                                          : "registered more than once per set of pages");
+    ucp_cleanup(ctx);
+    pthread_barrier_destroy(&start);
+    munmap(area, span);
+    return 0;
+}
+
 /* The module's API, from the preloaded module (the test does not link it). */
 static const char *(*release_of)(void);
 static enum vmt_ucx_mode (*mode_of)(char *, size_t);
@@ -296,6 +384,8 @@ static int run_one(const char *tracker, int fallback)
               "(%lu) once per set of pages (4): %s", first,
               regs < 4 * first ? "replaced pages were not registered again (stale)"
                                : "not cached");
+    if (check_ucp_threads(first, minor))
+        return 1;
 
     if (check_rcache_api(mode))
         return 1;
@@ -315,7 +405,7 @@ static int run_late(void)
     void *m;
 
     ucp_get_version(&major, &minor, &patch);
-    m = dlopen(VMT_UCX_MODULE_PATH, RTLD_NOW | RTLD_GLOBAL);
+    m = dlopen(module_path(), RTLD_NOW | RTLD_GLOBAL);
     CHECK(m != NULL, "dlopen: %s", dlerror());
     mode_of = (enum vmt_ucx_mode (*)(char *, size_t))dlsym(m, "vmt_ucx_mode");
     CHECK(mode_of != NULL, "no vmt_ucx_mode");
@@ -344,7 +434,7 @@ static int spawn(const char *tracker, int fallback)
         _exit(127);
     }
     if (pid == 0) {
-        setenv("LD_PRELOAD", VMT_UCX_MODULE_PATH, 1);
+        setenv("LD_PRELOAD", module_path(), 1);
         setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
         setenv("VMTRACK_TRACKER", tracker, 1);
         setenv("UCX_TLS", "self,tcp", 1);
@@ -376,8 +466,8 @@ int main(int argc, char **argv)
         return run_one(argv[2], !strcmp(argv[3], "0"));
     if (argc == 2 && !strcmp(argv[1], "--late"))
         return run_late();
-    if (access(VMT_UCX_MODULE_PATH, R_OK) != 0)
-        return test_skip("%s not built: %s", VMT_UCX_MODULE_PATH, strerror(errno));
+    if (access(module_path(), R_OK) != 0)
+        return test_skip("%s not built: %s", module_path(), strerror(errno));
     fail |= check_table();
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
         int rc = spawn(runs[i].tracker, runs[i].fallback);
