@@ -150,11 +150,44 @@ START_TEST(memo_filled_by_miss_of_a_page_hit_before)
 }
 END_TEST
 
+/* Buffers side by side at the strides programs allocate them (64 KiB to 384 KiB apart): the
+ * memo's sets must hold 4096 of them as they hold random pages. Steady hits are memo hits
+ * but for the few pages a set cannot hold (with random pages, about 1 in 100 for 4096 in
+ * 16384 two-way sets); a hash that clustered such strides sent a fifth of them to the index. */
+START_TEST(memo_spreads_buffers_at_common_strides)
+{
+    static const size_t strides[] = {16, 24, 32, 64, 96};  /* in pages */
+    const size_t n = 4096;
+
+    for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+        struct fixture fx;
+        size_t span = n * strides[k] * page;
+        char *buf = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        ck_assert_ptr_ne(buf, MAP_FAILED);
+        fixture_open(&fx, "none", 0);
+        for (int pass = 0; pass < 2; pass++)  /* misses, then hits through the index */
+            for (size_t i = 0; i < n; i++)
+                vmt_put(get_ok(fx.dev, buf + i * strides[k] * page, page, VMT_ACCESS_READ));
+        uint64_t before = stats_of(fx.cache).memo_hits;
+        for (size_t i = 0; i < n; i++)
+            vmt_put(get_ok(fx.dev, buf + i * strides[k] * page, page, VMT_ACCESS_READ));
+        uint64_t memo = stats_of(fx.cache).memo_hits - before;
+        ck_assert_msg(memo * 100 >= n * 97, "%zu pages %zu pages apart: %llu of %zu steady "
+                      "hits from the memo", n, strides[k], (unsigned long long)memo, n);
+        ck_assert_int_eq(vmt_flush(fx.cache), 0);
+        fixture_close(&fx);
+        munmap(buf, span);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const TTest *const cases[] = {memo_never_stale_across_retirements,
                                   memo_survives_other_retirements,
                                   memo_refills_after_own_retirement,
-                                  memo_filled_by_miss_of_a_page_hit_before, NULL};
+                                  memo_filled_by_miss_of_a_page_hit_before,
+                                  memo_spreads_buffers_at_common_strides, NULL};
     return check_run_cases("cache memo", 60, cases);
 }

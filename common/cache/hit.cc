@@ -29,9 +29,15 @@ namespace vmt {
 namespace {
 constexpr int kMaxRegWalk = 16;  // registrations looked at per entry on a hit
 
-// The first slot of the two-slot set for a memo tag.
+// The first slot of the two-slot set for a memo tag. The multiply alone (Fibonacci hashing)
+// spreads consecutive pages perfectly but clusters pages at strides of 16 to 96 pages (buffers
+// of 64 to 384 KiB side by side): 4096 regions 128 KiB apart landed in 1869 of the 16384
+// sets, and a fifth of their hits walked the tree. Folding the tag's bits 11 and up onto
+// its low ones first leaves consecutive pages spread as before and spreads every stride
+// from 1 to 16384 pages about as well as random keys would.
 inline size_t memo_set(uint64_t tag)
 {
+    tag ^= tag >> 11;
     return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> 50) * 2;
 }
 
