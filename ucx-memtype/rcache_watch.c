@@ -533,6 +533,7 @@ ucs_status_t ucx_watch_get(ucx_rcache_t *rcache, void *address, size_t length, u
         a3 = (uintptr_t)sysconf(_SC_PAGESIZE);      /* whole pages: see wrap_params */
 
     for (;;) {
+        ucx_feed_drain();   /* the ranges reported since: UCX drops their regions first */
         t_fresh = NULL;
         t_in_get++;
         st = ucx_real.get_raw(rcache, address, length, a3, a4, a5, a6);
@@ -575,9 +576,13 @@ VMT_UCX_EXPORT void *ucs_pgtable_lookup(const void *pgtable, uintptr_t address)
             return NULL;
         __atomic_store_n(&g.lookup, lookup, __ATOMIC_RELAXED);
     }
-    r = lookup(pgtable, address);
-    if (!r || !atomic_load_explicit(&g.lookups_checked, memory_order_relaxed) || t_in_get ||
+    if (!atomic_load_explicit(&g.lookups_checked, memory_order_relaxed) || t_in_get ||
         !(w = find_wrap_of_pgtable(pgtable)))
+        return lookup(pgtable, address);
+    /* UCP holds only its context lock here: give UCX the ranges reported since (ucx_feed.c) */
+    ucx_feed_drain();
+    r = lookup(pgtable, address);
+    if (!r)
         return r;
     /* A registered region always has its watch (mem_reg sets it); one without is being
      * registered, or failed to: UCX's own test of the region turns it down. */

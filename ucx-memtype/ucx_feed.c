@@ -21,8 +21,16 @@
  *    their creation) and registers per operation: slower, never stale (VMT_UCX_UNCACHED).
  *    Said once, with the reason.
  *
- * Nothing here allocates or takes a lock inside the event callback beyond what ucm_vm_munmap
- * itself does (UCX's own hooks call the same path from inside munmap). */
+ * Where events reach UCX: with hooks the subscriber runs in the unmapping thread before the
+ * system call, as UCX's own hooks do, and calls ucm_vm_munmap there. In WATCH mode a report
+ * can come after the pages are gone, from uffd's monitor thread, and UCX's unmap callback
+ * may map memory (its rcache grows its pool with mmap): on that thread
+ * the new mapping could take the very range the application has just unmapped and is about
+ * to map again with MAP_FIXED, which then overwrites UCX's pool. So in WATCH mode the
+ * subscriber only queues the range (a fixed array under a mutex, nothing allocated) and the
+ * ranges reach UCX from the application's next call into a wrapped rcache (ucx_feed_drain).
+ * Holding them back never lets a stale hit through: every hit is checked against the watch,
+ * which the tracker drops before it reports. */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -57,6 +65,7 @@ static struct {
     struct vmt_cache *scache;       /* SYNC: where a registration waits for unmaps in flight */
     _Atomic unsigned gen;           /* bumped in the child after fork() */
     _Atomic uint64_t events, event_bytes;
+    _Atomic uint64_t queued;        /* WATCH: ranges queued for UCX (defer) */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER, .loglevel = 1 };
 
 struct ucx_counters ucx_counters;
@@ -95,7 +104,10 @@ unsigned ucx_feed_fork_gen(void)
 
 uint64_t ucx_feed_events(void)
 {
-    return atomic_load_explicit(&g.events, memory_order_acquire);
+    /* both only grow: a caller comparing two sums sees any event reported in between,
+     * delivered to UCX or still queued */
+    return atomic_load_explicit(&g.events, memory_order_acquire) +
+           atomic_load_explicit(&g.queued, memory_order_acquire);
 }
 
 void ucx_feed_note_event(void)
@@ -104,16 +116,77 @@ void ucx_feed_note_event(void)
 }
 
 /* ---- events -------------------------------------------------------------------------- */
+static void deliver(uintptr_t start, size_t len)
+{
+    ucm_vm_munmap((void *)start, len);
+    /* counted after delivery: a reader that sees the count unchanged knows UCX has every
+     * event counted so far */
+    atomic_fetch_add_explicit(&g.event_bytes, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g.events, 1, memory_order_release);
+}
+
+/* WATCH: ranges reported but not yet given to UCX (see the top of this file). */
+#define PENDING_MAX 256
+struct range {
+    uintptr_t start, end;
+};
+static struct {
+    pthread_mutex_t lock;
+    _Atomic unsigned n;             /* read without the lock to skip an empty queue */
+    struct range r[PENDING_MAX];
+} pend = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void defer(uintptr_t start, size_t len)
+{
+    uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
+
+    pthread_mutex_lock(&pend.lock);
+    unsigned n = atomic_load_explicit(&pend.n, memory_order_relaxed);
+    if (n < PENDING_MAX) {
+        pend.r[n] = (struct range){start, end};
+        atomic_store_explicit(&pend.n, n + 1, memory_order_release);
+    } else {
+        /* full: widen the last range to cover this one; UCX drops more, never less */
+        struct range *last = &pend.r[n - 1];
+        if (start < last->start)
+            last->start = start;
+        if (end > last->end)
+            last->end = end;
+    }
+    pthread_mutex_unlock(&pend.lock);
+    atomic_fetch_add_explicit(&g.queued, 1, memory_order_release);
+}
+
+void ucx_feed_drain(void)
+{
+    struct range batch[32];
+    unsigned n;
+
+    if (!atomic_load_explicit(&pend.n, memory_order_acquire))
+        return;
+    do {
+        pthread_mutex_lock(&pend.lock);
+        unsigned left = atomic_load_explicit(&pend.n, memory_order_relaxed);
+        n = left < sizeof(batch) / sizeof(batch[0]) ? left : sizeof(batch) / sizeof(batch[0]);
+        left -= n;
+        memcpy(batch, &pend.r[left], n * sizeof(batch[0]));
+        atomic_store_explicit(&pend.n, left, memory_order_relaxed);
+        pthread_mutex_unlock(&pend.lock);
+        /* outside the mutex: UCX's callbacks may take their locks and map memory */
+        for (unsigned i = 0; i < n; i++)
+            deliver(batch[i].start, batch[i].end - batch[i].start);
+    } while (n);
+}
+
 void ucx_feed_on_event(void *arg, const void *addr, size_t len)
 {
     (void)arg;
     if (len == 0)
         return;
-    ucm_vm_munmap((void *)addr, len);
-    /* counted after delivery: a reader that sees the count unchanged knows UCX has every
-     * event counted so far */
-    atomic_fetch_add_explicit(&g.event_bytes, len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g.events, 1, memory_order_release);
+    if (ucx_feed_mode() == VMT_UCX_WATCH)
+        defer((uintptr_t)addr, len);
+    else
+        deliver((uintptr_t)addr, len);
 }
 
 /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher does, in
@@ -136,6 +209,7 @@ int ucx_feed_reaches_ucx(const char *name)
 static void atfork_child(void)
 {
     pthread_mutex_init(&g.lock, NULL);
+    pthread_mutex_init(&pend.lock, NULL);  /* the ranges queued stay: the child's memory too */
     atomic_fetch_add(&g.gen, 1);
 }
 

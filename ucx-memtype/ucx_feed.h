@@ -22,12 +22,15 @@ struct vmt_cache *ucx_feed_sync_cache(void);
 /* Bumped in the child after fork(). */
 unsigned ucx_feed_fork_gen(void);
 
-/* vmt_subscribe callback: the range goes to every UCX cache (ucm_vm_munmap). */
+/* vmt_subscribe callback: the range goes to every UCX cache (ucm_vm_munmap), in WATCH mode at
+ * the next ucx_feed_drain. */
 void ucx_feed_on_event(void *arg, const void *addr, size_t len);
+/* WATCH: give UCX the ranges reported since the last call (no lock of UCX's may be held) */
+void ucx_feed_drain(void);
 /* An invalidation the module gave UCX itself (a stale hit found), counted as an event. */
 void ucx_feed_note_event(void);
-/* Events given to UCX so far (acquire): a reader that sees it unchanged after a check knows
- * no event came in between. */
+/* Events reported so far, given to UCX or queued (acquire): a reader that sees it unchanged
+ * after a check knows no event came in between. */
 uint64_t ucx_feed_events(void);
 
 /* SYNC: whether ucm's own test sees unmap events arrive (another patcher may have replaced
