@@ -66,6 +66,7 @@ static struct {
     _Atomic unsigned gen;           /* bumped in the child after fork() */
     _Atomic uint64_t events, event_bytes;
     _Atomic uint64_t queued;        /* WATCH: ranges queued for UCX (defer) */
+    _Atomic uint64_t reported;      /* ranges vmtrack reported (vmt_ucx_stats) */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER, .loglevel = 1 };
 
 struct ucx_counters ucx_counters;
@@ -187,6 +188,7 @@ void ucx_feed_on_event(void *arg, const void *addr, size_t len)
         defer((uintptr_t)addr, len);
     else
         deliver((uintptr_t)addr, len);
+    atomic_fetch_add_explicit(&g.reported, 1, memory_order_release);
 }
 
 /* Another patcher may have replaced vmtrack's hooks since (Open MPI's memory patcher does, in
@@ -461,6 +463,7 @@ VMT_UCX_EXPORT int vmt_ucx_stats_get(struct vmt_ucx_stats *s)
     v.watches = atomic_load(&ucx_counters.watches);
     v.stale = atomic_load(&ucx_counters.stale);
     v.stale_lookups = atomic_load(&ucx_counters.stale_lookups);
+    v.reported = atomic_load(&g.reported);
     v.native_rcaches = atomic_load(&ucx_counters.native);
     v.forwarded_rcaches = atomic_load(&ucx_counters.forwarded);
     v.refused_rcaches = atomic_load(&ucx_counters.refused);

@@ -69,6 +69,8 @@ struct vmt_ucx_stats {
     uint64_t witness_registrations; /* those covering the range vmt_ucx_witness() named */
     uint64_t stale_lookups; /* of `stale`, those found in ucs_pgtable_lookup (UCP's inline
                              * hits, UCX 1.14 on) */
+    uint64_t reported;      /* events vmtrack reported to the module; in WATCH mode they reach
+                             * ucm_vm_munmap (`events`) at the next call into a UCX cache */
 };
 int vmt_ucx_stats_get(struct vmt_ucx_stats *stats);
 

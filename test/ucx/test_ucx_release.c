@@ -285,6 +285,48 @@ static void *ucp_thread_maps(void *arg)
     return NULL;
 }
 
+/* The module hears of an unmap after the system call with uffd (its monitor thread), before
+ * it with hooks. Whatever it makes UCX do then must not map memory into the range: a program
+ * may map the same address again (MAP_FIXED) and would overwrite it - UCX's pool, which grows
+ * with mmap when the first invalidation is queued. A fresh UCP context has an empty pool. */
+static int check_hole_stays_free(void)
+{
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA};
+    struct vmt_ucx_stats s = {.sz = sizeof(s)};
+    ucp_context_h ctx;
+    ucp_mem_h memh;
+    ucs_status_t st = ucp_init(&params, NULL, &ctx);
+    void *buf = map_pages(NULL), *again;
+    uint64_t before;
+
+    CHECK(st == UCS_OK, "ucp_init: %s", ucs_status_string(st));
+    CHECK(buf != NULL, "mmap: %s", strerror(errno));
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                               .address = buf, .length = LEN};
+    st = ucp_mem_map(ctx, &mp, &memh);          /* registered, so watched */
+    CHECK(st == UCS_OK, "ucp_mem_map: %s", ucs_status_string(st));
+    ucp_mem_unmap(ctx, memh);
+    CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    before = s.reported;
+    CHECK(munmap(buf, LEN) == 0, "munmap: %s", strerror(errno));
+    for (int ms = 0; s.reported == before; ms++) {
+        CHECK(ms < 10000, "the unmap of a registered buffer was not reported in 10 s");
+        usleep(1000);
+        CHECK(stats_of(&s) == 0, "vmt_ucx_stats_get");
+    }
+    again = mmap(buf, LEN, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    CHECK(again == buf, "after the unmap was reported, %p+%u is no longer free (%s): the "
+          "module or UCX mapped memory into it", buf, LEN,
+          again == MAP_FAILED ? strerror(errno) : "mapped elsewhere");
+    munmap(buf, LEN);
+    ucp_cleanup(ctx);
+    printf("  the range of an unmapped registered buffer stays free after the report\n");
+    return 0;
+}
+
 static int check_ucp_threads(unsigned long alone)
 {
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES |
@@ -360,6 +402,10 @@ static int run_one(const char *tracker, int fallback)
     CHECK(mode == want, "mode %d, expected %d", mode, want);
     CHECK(!strcmp(tracker_of(), tracker), "tracker %s", tracker_of());
 
+    /* first: the process has few holes yet, so the kernel places new mappings next to the
+     * buffer, and in its range once freed */
+    if (mode != VMT_UCX_UNCACHED && check_hole_stays_free())
+        return 1;
     unsigned long regs = 0, first = 0;
     if (check_ucp(&regs, &first))
         return 1;
