@@ -426,8 +426,8 @@ static int run_one(const char *tracker, int fallback)
           "UCP's registration cache was not created");
     /* Fewer registrations than one per set of pages are a stale hit on any release. UCP's
      * ucp_mem_map goes through its cache from 1.16 on (its mem_reg callback registers: exactly
-     * once per set); 1.14.1 caches it too (test/ucx/release-matrix.sh), 1.13 registers every
-     * map. */
+     * once per set); 1.14.1 and 1.15.0 cache it too (test/ucx/release-matrix.sh), 1.13
+     * registers every map. */
     CHECK(first >= 1 && regs >= 4 * first, "the registrations of the first map (%lu) not "
           "repeated for each of the 4 sets of pages: replaced pages were not registered again "
           "(stale)", first);
