@@ -625,16 +625,29 @@ START_TEST(daemon_crash_keeps_tracking)
 }
 END_TEST
 
+/* The daemon cases stop the daemon: last, each in a Check case of its own named after it, so
+ * that test/bpf/check-bpf.sh runs them one at a time (CK_RUN_CASE) and a timeout names it. A
+ * case takes about 10 s under TCG; 150 s leaves room for daemon.sh's own bounds (30 s to
+ * stop, 60 s to come up), after which it fails saying what the daemon was doing. */
+static void add_daemon_case(Suite *s, const char *name, const TTest *t)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, 150);
+	tcase_add_test(tc, t);
+	suite_add_tcase(s, tc);
+}
+
 int main(void)
 {
 	Suite *s = suite_create("bpf tracker");
 	TCase *tc = tcase_create("bpf");
-	TCase *daemon = tcase_create("daemon");
 	int rc = skip_unless_tracker("test_bpf_tracker", "bpf");
 
 	if (rc)
 		return rc;
-	tcase_set_timeout(tc, 120);
+	/* each case takes a second or two under TCG */
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, report_names_bpf);
 	tcase_add_loop_test(tc, hit_until_changed, 0, CH_COUNT);
 	tcase_add_test(tc, unrelated_changes_keep_hits);
@@ -643,13 +656,10 @@ int main(void)
 	tcase_add_test(tc, limit_serves_uncached);
 	tcase_add_test(tc, registrations_racing_a_zap);
 	suite_add_tcase(s, tc);
-	/* last: they stop the daemon */
-	tcase_set_timeout(daemon, 240);
-	tcase_add_test(daemon, daemon_restart_is_a_change);
-	tcase_add_test(daemon, daemon_stop_falls_back_until_back);
-	tcase_add_test(daemon, restart_racing_registrations);
-	tcase_add_test(daemon, daemon_crash_keeps_tracking);
-	suite_add_tcase(s, daemon);
+	add_daemon_case(s, "daemon_restart_is_a_change", daemon_restart_is_a_change);
+	add_daemon_case(s, "daemon_stop_falls_back_until_back", daemon_stop_falls_back_until_back);
+	add_daemon_case(s, "restart_racing_registrations", restart_racing_registrations);
+	add_daemon_case(s, "daemon_crash_keeps_tracking", daemon_crash_keeps_tracking);
 	rc = check_run(s, CK_FORK);
 	printf("%s: test_bpf_tracker\n", rc ? "FAIL" : "PASS");
 	return rc ? 1 : 0;
