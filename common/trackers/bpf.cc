@@ -50,6 +50,10 @@ static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t),
 // Between two tries to reach a daemon that let this process go: a try that finds none is a
 // failed connect (microseconds), so a miss pays it at most this often.
 constexpr int64_t kRetryNs = 200 * 1000 * 1000;
+// The longest a connect, the hello or the daemon's answer may take. Under an emulated guest
+// finding the address space takes the daemon seconds; a daemon that stopped serving never
+// answers, and a miss must not wait for it for ever.
+constexpr int kAnswerS = 20;
 
 int64_t monotonic_ns()
 {
@@ -103,6 +107,11 @@ int read_reply(int s, vmtrack_bpf_reply *r, int fds[2], std::string *why)
     m.msg_control = c.buf;
     m.msg_controllen = sizeof c.buf;
     ssize_t n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        *why = "vmtrackd did not answer within " + std::to_string(kAnswerS) +
+               " s (a daemon that stopped serving?)";
+        return -ETIMEDOUT;
+    }
     if (n < 0) {
         int e = errno;
         *why = std::string("no answer from vmtrackd: ") + strerror(e);
@@ -180,15 +189,22 @@ int hello_daemon(int *sock, int fds[2], std::string *why)
     sockaddr_un a = {};
     a.sun_family = AF_UNIX;
     snprintf(a.sun_path, sizeof a.sun_path, "%s", VMTRACK_BPF_SOCKET);
-    // Under an emulated guest finding the address space takes the daemon seconds.
-    timeval tv = {20, 0};
+    // Every call here is bounded: connect waits while the daemon's backlog is full (a daemon
+    // that stopped accepting), send while its queue is, and the answer may never come.
+    timeval tv = {kAnswerS, 0};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     vmtrack_bpf_hello h = {VMTRACK_BPF_MAGIC, VMTRACK_BPF_ABI, 0, 0};
     if (connect(s, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 ||
         send(s, &h, sizeof h, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) {
         int e = errno;
-        *why = no_daemon_reason(e);
         close(s);
+        if (e == EAGAIN || e == EWOULDBLOCK) {
+            *why = "vmtrackd did not take the connection within " + std::to_string(kAnswerS) +
+                   " s (a daemon that stopped serving?)";
+            return -ETIMEDOUT;
+        }
+        *why = no_daemon_reason(e);
         return e == ENOENT || e == ECONNREFUSED ? -ENODEV : -e;
     }
     vmtrack_bpf_reply r = {};
@@ -468,9 +484,14 @@ private:
             rc = adopt(fresh, sock, fds[1]);
         }
         close_both(fds);
+        // From the end of this try: one that waited kAnswerS for a daemon that does not answer
+        // must not make the next miss wait as long straight away.
+        next_try_ns_.store(monotonic_ns() + kRetryNs, std::memory_order_relaxed);
         reconnecting_.store(false, std::memory_order_release);
         if (rc == 0)
             VMT_LOG_INFO("bpf: vmtrackd serves this process again: ranges are cached");
+        else if (rc == -ETIMEDOUT)
+            VMT_LOG_WARN("bpf: reconnecting: %s", why.c_str());
         return rc == 0;
     }
 

@@ -97,7 +97,7 @@ step "bpf tracker contract (as nobody)" 180 \
 # 5 minutes (something hangs in each), the rest are not run: they would only wait too.
 series=$(date +%s)
 for c in daemon_restart_is_a_change daemon_stop_falls_back_until_back \
-	restart_racing_registrations daemon_crash_keeps_tracking; do
+	restart_racing_registrations daemon_crash_keeps_tracking silent_daemon_is_bounded; do
 	if [ $(( $(date +%s) - series )) -gt 300 ]; then
 		echo "FAIL: bpf tracker: $c not run: the daemon cases took over 300 s (above)"
 		failed+=("$c (not run)")

@@ -3,7 +3,8 @@
  * raw munmap, MAP_FIXED, madvise DONTNEED and REMOVE, a memfd hole punch, io_uring's MADVISE,
  * mremap move and shrink, a COW copy after fork), hits across mprotect and an unrelated
  * munmap, changes drained into invalidations and subscribers, fork, registrations racing a
- * zap, and (when the guest script gives the commands) a daemon restart and crash.
+ * zap, and (when the guest script gives the commands) a daemon restart and crash, and a
+ * daemon that never answers.
  * Needs vmtrackd (run by test/bpf/check-bpf.sh in the guest); skipped (exit 77) without it. */
 #define _GNU_SOURCE
 #include "config.h"
@@ -17,12 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <vmtrack.h>
 
+#include "../../bpf/vmtrack_bpf_abi.h"
 #include "../lib/vmt_test.h"
 
 static char *map_at(void *addr, size_t len)
@@ -625,6 +630,76 @@ START_TEST(daemon_crash_keeps_tracking)
 }
 END_TEST
 
+/* A socket at vmtrackd's address that takes connections and never answers: a daemon that
+ * stopped serving. */
+static int silent_daemon(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(s, 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", VMTRACK_BPF_SOCKET);
+	unlink(a.sun_path);
+	ck_assert_msg(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(s, 8) == 0,
+		      "cannot listen at %s: %s", a.sun_path, strerror(errno));
+	return s;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A daemon that never answers costs a miss the client's bound (20 s) once, the misses right
+ * after it nothing: served uncached, never from the old words; a new cache is refused with
+ * -ETIMEDOUT, not left waiting. Then a real daemon serves the first cache again. */
+START_TEST(silent_daemon_is_bounded)
+{
+	struct vmt_cache_opts cfg;
+	struct vmt_cache *c = NULL;
+	struct fixture f;
+	char *buf = map_at(NULL, 4 * page);
+	double t0, first, second;
+	int ls, rc;
+
+	fixture_open(&f, "bpf", 0);
+	get_put(&f, buf, 4 * page);
+	if (!run_daemon_cmd("VMT_BPF_STOP")) {
+		printf("silent_daemon_is_bounded: VMT_BPF_STOP not set: not checked\n");
+		fixture_close(&f);
+		return;
+	}
+	ls = silent_daemon();
+	t0 = now_s();
+	get_put(&f, buf, 4 * page);	/* let go: its reconnect waits for the silent daemon */
+	first = now_s() - t0;
+	t0 = now_s();
+	get_put(&f, buf, 4 * page);
+	second = now_s() - t0;
+	printf("silent_daemon_is_bounded: the first miss waited %.1f s, the next %.3f s\n", first,
+	       second);
+	ck_assert_msg(first >= 19 && first < 60, "the first miss waited %.1f s, not the 20 s bound",
+		      first);
+	ck_assert_msg(second < 5, "the next miss waited %.1f s for the silent daemon again", second);
+	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);	/* no hit of the old words */
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.sz = sizeof(cfg);
+	cfg.tracker = "bpf";
+	rc = vmt_cache_create(&cfg, &c);
+	ck_assert_msg(rc == -ETIMEDOUT, "a new cache with a silent daemon: %d (%s)", rc,
+		      strerror(-rc));
+	close(ls);
+	unlink(VMTRACK_BPF_SOCKET);
+	run_daemon_cmd("VMT_BPF_START");
+	served_again(&f, buf, "once a real daemon was back");
+	fixture_close(&f);
+	munmap(buf, 4 * page);
+}
+END_TEST
+
 /* The daemon cases stop the daemon: last, each in a Check case of its own named after it, so
  * that test/bpf/check-bpf.sh runs them one at a time (CK_RUN_CASE) and a timeout names it. A
  * case takes about 10 s under TCG; 150 s leaves room for daemon.sh's own bounds (30 s to
@@ -660,6 +735,7 @@ int main(void)
 	add_daemon_case(s, "daemon_stop_falls_back_until_back", daemon_stop_falls_back_until_back);
 	add_daemon_case(s, "restart_racing_registrations", restart_racing_registrations);
 	add_daemon_case(s, "daemon_crash_keeps_tracking", daemon_crash_keeps_tracking);
+	add_daemon_case(s, "silent_daemon_is_bounded", silent_daemon_is_bounded);
 	rc = check_run(s, CK_FORK);
 	printf("%s: test_bpf_tracker\n", rc ? "FAIL" : "PASS");
 	return rc ? 1 : 0;
