@@ -424,12 +424,14 @@ static int users_clients(uid_t uid)
 static void drop(struct client *c)
 {
 	char b[64];
+	int i;
 
 	if (c->served)
 		release_client(&c->key);
 	/* closing with unread data would make the client's next read ECONNRESET, before the
-	 * reply it has yet to read */
-	while (recv(c->sock, b, sizeof(b), MSG_DONTWAIT) > 0)
+	 * reply it has yet to read; a client that keeps sending would hold the daemon here for
+	 * ever, so at most what a well-behaved one can have queued */
+	for (i = 0; i < 64 && recv(c->sock, b, sizeof(b), MSG_DONTWAIT) > 0; i++)
 		;
 	close(c->sock);
 	if (c->pidfd >= 0)
