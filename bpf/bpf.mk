@@ -47,5 +47,5 @@ if HAVE_BPF
 BPF_GUEST_BINARIES += vmtrackd$(EXEEXT)
 endif
 check-bpf-vm: $(BPF_GUEST_BINARIES)
-	$(VM_RUN) --no-kmod --timeout $(VM_TIMEOUT) --share $(abs_top_builddir) -- \
+	$(VM_BPF_ACCEL) $(VM_RUN) --no-kmod --timeout $(VM_TIMEOUT) --share $(abs_top_builddir) -- \
 	  $(SHELL) $(abs_top_srcdir)/test/bpf/check-bpf.sh $(abs_top_builddir) $(abs_top_srcdir)
