@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <time.h>
 
@@ -446,6 +447,69 @@ END_TEST
 /* The change log (vmt_changes_mark, vmt_changed_since): every change libc makes is in it from
  * the mark on, changes elsewhere are not the range's, more than the log keeps answer
  * "changed"; a tracker without it says so. */
+/* A change numbered before a thread's mark whose system call runs after that thread pinned
+ * the pages must still count: the unmapping thread is held (by a subscriber, which hears of the
+ * change between its number and the system call) while the other thread takes its mark and
+ * reads the pages it "pins"; then the pages are replaced. */
+struct held_unmap {
+    sem_t in_change, let_go;
+    atomic_int calls;
+    struct vmt_cache *cache;
+    char *page;
+};
+
+static void hold_the_unmap(void *arg, const void *addr, size_t len)
+{
+    struct held_unmap *h = arg;
+    if ((const char *)addr > h->page || (const char *)addr + len <= h->page ||
+        atomic_fetch_add(&h->calls, 1) != 0)
+        return;
+    sem_post(&h->in_change);
+    while (sem_wait(&h->let_go) != 0)
+        ;
+}
+
+static void *replace_page(void *arg)
+{
+    struct held_unmap *h = arg;
+    ck_assert_int_eq(madvise(h->page, 4096, MADV_DONTNEED), 0);
+    return NULL;
+}
+
+START_TEST(change_counts_after_its_system_call)
+{
+    struct fixture fx;
+    tracker_open(&fx);
+    struct held_unmap h = {.cache = fx.cache};
+    sem_init(&h.in_change, 0, 0);
+    sem_init(&h.let_go, 0, 0);
+    h.page = map_filled(MB, 0x5a);
+    uint64_t mark;
+    ck_assert_int_eq(vmt_changes_mark(fx.cache, &mark), 0);   /* the log exists from here */
+    ck_assert_int_eq(vmt_subscribe(fx.cache, hold_the_unmap, &h), 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, replace_page, &h), 0);
+    while (sem_wait(&h.in_change) != 0)
+        ;
+    /* The change has its number; its madvise has not run. Mark, then "pin" the old page. */
+    ck_assert_int_eq(vmt_changes_mark(fx.cache, &mark), 0);
+    ck_assert_int_eq(h.page[0], 0x5a);
+    sem_post(&h.let_go);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(h.page[0], 0);   /* replaced after the pin */
+    /* subscribe's order: the watch, then the log since the mark. */
+    struct vmt_reg *watch = get_ok(fx.dev, h.page, 4096, VMT_ACCESS_WRITE);
+    ck_assert_msg(vmt_changed_since(fx.cache, mark, h.page, 4096) == 1,
+                  "pages replaced after the mark were reported unchanged");
+    vmt_put(watch);
+    ck_assert_int_eq(vmt_unsubscribe(fx.cache, hold_the_unmap, &h), 0);
+    sem_destroy(&h.in_change);
+    sem_destroy(&h.let_go);
+    munmap(h.page, MB);
+    fixture_close(&fx);
+}
+END_TEST
+
 START_TEST(changes_since_a_mark)
 {
     struct fixture fx;
@@ -492,6 +556,7 @@ int main(void)
     tcase_add_test(tc, get_during_unmap);
     tcase_add_test(tc, unmap_races_a_miss);
     tcase_add_test(tc, changes_since_a_mark);
+    tcase_add_test(tc, change_counts_after_its_system_call);
     TCase *tp = tcase_create("patching");
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, auto_reports_hooks_available);

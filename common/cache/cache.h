@@ -721,7 +721,7 @@ private:
 
     // ---- the change log (changes.cc), the head's, once a mark was asked for ----
     struct ChangeSlot;
-    static constexpr uint64_t kChangeLog = 256;
+    static constexpr uint64_t kChangeLog = 512;  // writes: the last 256 changes, each twice
     std::atomic<ChangeSlot *> change_log_{nullptr};
     std::atomic<uint64_t> changes_{0};
     void log_change(uintptr_t start, size_t len) noexcept;

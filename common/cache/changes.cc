@@ -8,11 +8,14 @@
 // mmap(MAP_FIXED), brk, shmdt reach the kernel). kmod and uffd hear of watched ranges only,
 // and uffd after the change: they answer -ENOTSUP, and such a consumer watches first.
 //
-// A ring of the last kChangeLog changes, numbered from the log's base. A change takes its number
-// (fetch_add, seq_cst) before the system call, then writes its slot under the slot's own
+// A ring of the last kChangeLog writes, numbered from the log's base. A change is written twice:
+// before the system call (unmap_begin), so that a check while it is under way sees it, and
+// after it (unmap_end, before the misses it held go on), since the pages change only at the
+// system call and a thread may take its mark, and pin the old pages, in between: the second
+// number is newer than any such mark. Each write takes its number (fetch_add, seq_cst), then writes its slot under the slot's own
 // sequence (odd while written, 2 * number + 2 once written). A reader that finds a slot
 // not holding the number it looks for (being written, or overwritten by a later change) or
-// a mark more than kChangeLog behind answers "changed": it can prove nothing then.
+// a mark more than kChangeLog writes behind answers "changed": it can prove nothing then.
 #include "config.h"
 #include "cache/cache.h"
 

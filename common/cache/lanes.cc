@@ -161,6 +161,9 @@ uint64_t Cache::unmap_begin(uintptr_t start, size_t len) noexcept
 
 void Cache::unmap_end(uintptr_t start, size_t len, uint64_t token) noexcept
 {
+    // Again after the system call, before the misses it held go on (changes.cc: a mark taken
+    // between unmap_begin and the system call is newer than the first write).
+    log_change(start, len);
     for (unsigned i = 0; i < nlanes_; i++)
         lanes_[i]->unmap_end_lane(start, len, (token >> i) & 1);
 }
