@@ -28,6 +28,7 @@
 #include <linux/xarray.h>
 
 #include "uapi/vmtrack_kmod.h"
+#include "vmtrack_log.h"
 #include "vmtrack_version.h"
 
 #define WORDS_PER_PAGE		(PAGE_SIZE / sizeof(u32))
@@ -65,6 +66,7 @@ struct vmtrack_file {
 	u32 max_pages;
 	u32 gen_base;			/* first value of every word: handles differ per file */
 	u32 *hdr;			/* words of page 0 */
+	struct vmtrack_log *log;	/* from LOG_START on (f->lock; read with acquire) */
 
 	spinlock_t evlock;		/* words, events */
 	wait_queue_head_t wq;
@@ -285,6 +287,10 @@ static int vmtrack_release(struct inode *inode, struct file *file)
 		wk_destroy(f, w);
 		cond_resched();
 	}
+	if (f->log) {
+		vmtrack_log_stop(f->log, f->mm);
+		kfree(f->log);
+	}
 	mutex_unlock(&f->lock);
 	xa_destroy(&f->watches);
 	xa_for_each(&f->pages, i, page) {
@@ -475,10 +481,58 @@ static long ioc_info(struct vmtrack_file *f, struct vmtrack_info __user *uarg)
 	a.event_size = sizeof(struct vmtrack_event);
 	a.watch_bytes = kmem_cache_size(watch_cache) + sizeof(u32);
 	strscpy(a.version, VMTRACK_VERSION, sizeof(a.version));
-	a.features = VMTRACK_FEATURE_WATCH_MAPPED;
+	a.features = VMTRACK_FEATURE_WATCH_MAPPED | VMTRACK_FEATURE_CHANGE_LOG;
 	if (copy_to_user(uarg, &a, sizeof(a)))
 		return -EFAULT;
 	return 0;
+}
+
+static long ioc_log_start(struct vmtrack_file *f, struct vmtrack_log_start __user *uarg)
+{
+	struct vmtrack_log_start a;
+	struct vmtrack_log *log;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (a.flags || a.reserved[0] || a.reserved[1])
+		return -EINVAL;
+	mutex_lock(&f->lock);
+	log = f->log;
+	if (!log) {
+		log = kzalloc_obj(*log, GFP_KERNEL_ACCOUNT);
+		if (!log) {
+			mutex_unlock(&f->lock);
+			return -ENOMEM;
+		}
+		vmtrack_log_init(log, (u64 *)&f->hdr[VMTRACK_W_LOG]);
+	}
+	ret = vmtrack_log_start(log, f->mm, &a);
+	if (ret && !f->log)
+		kfree(log);
+	else if (!f->log)	/* CHANGED reads it without f->lock: after its init */
+		smp_store_release(&f->log, log);
+	mutex_unlock(&f->lock);
+	if (ret)
+		return ret;
+	return copy_to_user(uarg, &a, sizeof(a)) ? -EFAULT : 0;
+}
+
+static long ioc_changed(struct vmtrack_file *f, struct vmtrack_changed __user *uarg)
+{
+	/* pairs with ioc_log_start()'s release: a log seen is initialized */
+	struct vmtrack_log *log = smp_load_acquire(&f->log);
+	struct vmtrack_changed a;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (a.flags || a.reserved || !a.len || !log)
+		return -EINVAL;
+	ret = vmtrack_log_changed(log, &a);
+	if (ret)
+		return ret;
+	return copy_to_user(uarg, &a, sizeof(a)) ? -EFAULT : 0;
 }
 
 static long vmtrack_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -495,6 +549,10 @@ static long vmtrack_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return ioc_watch(f, uarg);
 	case VMTRACK_IOC_UNWATCH:
 		return ioc_unwatch(f, uarg);
+	case VMTRACK_IOC_LOG_START:
+		return ioc_log_start(f, uarg);
+	case VMTRACK_IOC_CHANGED:
+		return ioc_changed(f, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -636,6 +694,8 @@ static int __init vmtrack_init(void)
 	BUILD_BUG_ON(sizeof(struct vmtrack_watch) != 48);
 	BUILD_BUG_ON(sizeof(struct vmtrack_event) != 40);
 	BUILD_BUG_ON(sizeof(struct vmtrack_info) != 104);
+	BUILD_BUG_ON(sizeof(struct vmtrack_log_start) != 32);
+	BUILD_BUG_ON(sizeof(struct vmtrack_changed) != 40);
 	watch_cache = KMEM_CACHE(vmtrack_wk, SLAB_ACCOUNT);
 	if (!watch_cache)
 		return -ENOMEM;

@@ -29,6 +29,7 @@
 #define VMTRACK_W_MAGIC		1	/* VMTRACK_MAGIC */
 #define VMTRACK_W_ABI		2	/* VMTRACK_ABI_VERSION */
 #define VMTRACK_W_EVENTS	3	/* events queued, not yet read (+1 if overflowed) */
+#define VMTRACK_W_LOG		4	/* words 4-5: the change log's count, a __u64 */
 #define VMTRACK_FIRST_INDEX	16	/* words of watches start here */
 #define VMTRACK_MAGIC		0x4b544d56u	/* "VMTK" */
 
@@ -49,6 +50,8 @@ struct vmtrack_info {
 
 /* VMTRACK_IOC_WATCH takes VMTRACK_WATCH_MAPPED (a module without it: zero, and EINVAL). */
 #define VMTRACK_FEATURE_WATCH_MAPPED	(1ull << 0)
+/* VMTRACK_IOC_LOG_START and VMTRACK_IOC_CHANGED (a module without them: ENOTTY). */
+#define VMTRACK_FEATURE_CHANGE_LOG	(1ull << 1)
 
 /* VMTRACK_IOC_WATCH: watch [start, start+len). start and len must be page aligned, len > 0,
  * the range inside the user address space; flags 0 or VMTRACK_WATCH_MAPPED, reserved 0.
@@ -103,10 +106,42 @@ enum {
 	VMTRACK_EV_OVERFLOW = 0x100,	/* events were lost: everything is suspect */
 };
 
+/* VMTRACK_IOC_LOG_START: from now on the file logs every change of its address space (each
+ * invalidation that may free, replace or move pages, watched or not; the last `entries`
+ * of them), counted in the __u64 at header words VMTRACK_W_LOG (native byte order, 8-byte
+ * aligned). A caller reads that count as its mark, and later asks VMTRACK_IOC_CHANGED
+ * whether a range changed since. Starting again changes nothing. flags and reserved must be
+ * 0. Errors: EINVAL, ENOMEM, EINTR, EBADF.
+ */
+struct vmtrack_log_start {
+	__u32 flags;		/* 0 */
+	__u32 entries;		/* out: changes kept */
+	__u64 base;		/* out: the count's first value (never 0) */
+	__u64 reserved[2];	/* 0 */
+};
+
+/* VMTRACK_IOC_CHANGED: whether [start, start+len) changed since `mark` (a count read from the
+ * header after LOG_START). changed = 0 only if no change overlapping the range was logged
+ * since the mark, none is under way, and the log still holds every change since the mark;
+ * else 1. Pages pinned after the mark and still in place when a WATCH of the range has
+ * returned are then the pages the watch covers. flags and reserved must be 0, len > 0.
+ * Errors: EINVAL (a bad argument, a mark this file's log never counted, no LOG_START), EBADF.
+ */
+struct vmtrack_changed {
+	__u64 mark;
+	__u64 start;
+	__u64 len;
+	__u32 flags;		/* 0 */
+	__u32 changed;		/* out */
+	__u64 reserved;		/* 0 */
+};
+
 #define VMTRACK_IOC_MAGIC	0xB9
 #define VMTRACK_IOC_INFO	_IOR(VMTRACK_IOC_MAGIC, 0, struct vmtrack_info)
 #define VMTRACK_WATCH_MAPPED	(1u << 0)
 #define VMTRACK_IOC_WATCH	_IOWR(VMTRACK_IOC_MAGIC, 1, struct vmtrack_watch)
 #define VMTRACK_IOC_UNWATCH	_IOW(VMTRACK_IOC_MAGIC, 2, struct vmtrack_unwatch)
+#define VMTRACK_IOC_LOG_START	_IOWR(VMTRACK_IOC_MAGIC, 3, struct vmtrack_log_start)
+#define VMTRACK_IOC_CHANGED	_IOWR(VMTRACK_IOC_MAGIC, 4, struct vmtrack_changed)
 
 #endif /* VMTRACK_KMOD_H */

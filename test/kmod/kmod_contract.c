@@ -53,7 +53,8 @@ START_TEST(info_and_header)
 	/* the module built from this tree carries configure.ac's version (kmod/Makefile reads
 	 * it when built outside configure, as the guest rig does) */
 	ck_assert_str_eq(v.info.version, PACKAGE_VERSION);
-	ck_assert_uint_eq(v.info.features, VMTRACK_FEATURE_WATCH_MAPPED);
+	ck_assert_uint_eq(v.info.features,
+			  VMTRACK_FEATURE_WATCH_MAPPED | VMTRACK_FEATURE_CHANGE_LOG);
 	for (unsigned i = 0; i < 3; i++)
 		ck_assert_uint_eq(v.info.reserved[i], 0);
 	ck_assert_uint_eq(v.w[VMTRACK_W_MAGIC], VMTRACK_MAGIC);

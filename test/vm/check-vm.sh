@@ -22,6 +22,7 @@ step() {
 
 echo "guest: $(uname -r), $(nproc) CPUs; module: $(cat /sys/module/vmtrack/version 2>/dev/null)"
 step "kmod contract" "$b/test/kmod/kmod_contract"
+step "kmod change log" "$b/test/kmod/kmod_change_log"
 step "kmod tracker (library)" "$b/test/kmod/test_kmod_tracker"
 step "kmod load/unload cycles" "$s/test/kmod/loadcycle.sh" "$b/test/kmod/kmod_contract" 3
 if [ -x "$b/vmtrack" ]; then

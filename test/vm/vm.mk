@@ -6,11 +6,14 @@ EXTRA_DIST += test/vm/run test/vm/check-vm.sh test/vm/README.md test/kmod/loadcy
 	test/vm/kernel test/vm/matrix
 
 # Outside the guest (plain `make check`) the contract test finds no /dev/vmtrack and skips.
-check_PROGRAMS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
-TESTS += test/kmod/kmod_contract test/kmod/test_kmod_tracker
+check_PROGRAMS += test/kmod/kmod_contract test/kmod/kmod_change_log test/kmod/test_kmod_tracker
+TESTS += test/kmod/kmod_contract test/kmod/kmod_change_log test/kmod/test_kmod_tracker
 test_kmod_kmod_contract_SOURCES = test/kmod/kmod_contract.c test/kmod/kmod_util.h
 test_kmod_kmod_contract_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kmod/uapi $(CHECK_CFLAGS)
 test_kmod_kmod_contract_LDADD = $(CHECK_LIBS) -lpthread
+test_kmod_kmod_change_log_SOURCES = test/kmod/kmod_change_log.c test/kmod/kmod_util.h
+test_kmod_kmod_change_log_CPPFLAGS = $(test_kmod_kmod_contract_CPPFLAGS)
+test_kmod_kmod_change_log_LDADD = $(CHECK_LIBS)
 test_kmod_test_kmod_tracker_SOURCES = test/kmod/test_kmod_tracker.c
 test_kmod_test_kmod_tracker_CFLAGS = $(TEST_CFLAGS)
 test_kmod_test_kmod_tracker_LDADD = $(TEST_LDADD)
@@ -19,7 +22,8 @@ VM_RUN = $(top_srcdir)/test/vm/run
 # check-vm.sh runs the bpf tracker's tests too (test/bpf/check-bpf.sh, a few minutes)
 VM_TIMEOUT = 900
 
-VM_GUEST_BINARIES = test/kmod/kmod_contract$(EXEEXT) bench/kmod_bench$(EXEEXT) \
+VM_GUEST_BINARIES = test/kmod/kmod_contract$(EXEEXT) test/kmod/kmod_change_log$(EXEEXT) \
+	bench/kmod_bench$(EXEEXT) \
 	test/kmod/test_kmod_tracker$(EXEEXT) vmtrack$(EXEEXT) $(BPF_GUEST_BINARIES)
 
 # The guests that attach and detach vmtrackd's BPF programs (check-vm.sh runs check-bpf.sh) run

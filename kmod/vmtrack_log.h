@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The change log of an open file: every invalidation of its address space, for a caller that
+ * learns of a range only after something pinned it (libfabric's monitor) and must prove that
+ * the pages did not change since an earlier moment (VMTRACK_IOC_LOG_START, VMTRACK_IOC_CHANGED).
+ */
+#ifndef VMTRACK_LOG_H
+#define VMTRACK_LOG_H
+
+#include <linux/mmu_notifier.h>
+#include <linux/spinlock.h>
+#include <linux/types.h>
+
+#define VMTRACK_LOG_ENTRIES	256
+
+struct vmtrack_log_entry {
+	u64 start;
+	u64 end;
+};
+
+struct vmtrack_log {
+	struct mmu_notifier notifier;	/* registered at start, for the whole address space */
+	spinlock_t lock;
+	u64 base;			/* the first number, random: marks of other files miss */
+	u64 count;			/* the next number */
+	u64 *published;		/* count, as the opener reads it (header words) */
+	u32 in_flight;			/* invalidations started and not yet ended */
+	bool started;
+	bool released;			/* the address space is going away */
+	struct vmtrack_log_entry entries[VMTRACK_LOG_ENTRIES];
+};
+
+struct vmtrack_log_start;
+struct vmtrack_changed;
+
+void vmtrack_log_init(struct vmtrack_log *log, u64 *published);
+/* Caller serializes start and stop (the file's mutex); mm is the opener's and current's. */
+int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm,
+		      struct vmtrack_log_start *a);
+void vmtrack_log_stop(struct vmtrack_log *log, struct mm_struct *mm);
+int vmtrack_log_changed(struct vmtrack_log *log, struct vmtrack_changed *a);
+
+#endif /* VMTRACK_LOG_H */
