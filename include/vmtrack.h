@@ -280,12 +280,13 @@ int vmt_unsubscribe(struct vmt_cache *cache, vmt_event_fn fn, void *arg);
 
 /* Whether pages changed since a moment, for a caller that learns of a range only after
  * something pinned it (libfabric's monitor: the provider registers before subscribe).
- * vmt_changes_mark records the moment: 0 and *mark, or -ENOTSUP where the cache's tracker
- * does not hear every change of the address space before it happens (only hooks does; kmod
- * and uffd see watched ranges only: watch first there), -EINVAL, -ENOMEM.
- * vmt_changed_since: 0 if the tracker reported no change overlapping [addr, addr+len) since
- * the mark, 1 if it did or the record no longer reaches back that far (the last 256
- * changes), -EINVAL (no such mark). Pages pinned after the mark and still unchanged when a
+ * vmt_changes_mark records the moment: 0 and *mark, or -ENOTSUP where no record of every
+ * change of the address space is kept (hooks keeps one in the cache, kmod in the module
+ * from the first mark on, with a module that has it; uffd hears of changes after them and
+ * watched ranges only: watch first there), -EINVAL, -ENOMEM, or the module's error.
+ * vmt_changed_since: 0 if no change overlapping [addr, addr+len) was recorded since the mark
+ * (nor is one under way, kmod), 1 if one was or the record no longer reaches back that far
+ * (the last 256 changes), -EINVAL (no such mark). Pages pinned after the mark and still unchanged when a
  * vmt_get of the range on this cache has returned are the pages that registration watches. */
 int vmt_changes_mark(struct vmt_cache *cache, uint64_t *mark);
 int vmt_changed_since(struct vmt_cache *cache, uint64_t mark, const void *addr, size_t len);

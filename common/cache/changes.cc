@@ -3,10 +3,11 @@
 // pages, as libfabric's monitor does at subscribe, and must prove the pages did not change
 // since an earlier moment.
 //
-// Only trackers that hear every change of the address space before the system call makes it
-// keep one (hooks: unmap_begin runs in the unmapping thread before munmap, mremap, madvise,
-// mmap(MAP_FIXED), brk, shmdt reach the kernel). kmod and uffd hear of watched ranges only,
-// and uffd after the change: they answer -ENOTSUP, and such a consumer watches first.
+// The cache keeps one where its tracker hears every change of the address space before the
+// system call makes it (hooks: unmap_begin runs in the unmapping thread before munmap, mremap,
+// madvise, mmap(MAP_FIXED), brk, shmdt reach the kernel). kmod's module keeps its own, of every
+// invalidation in the kernel (Tracker::change_mark): the cache hands the questions on. uffd
+// hears after the change: -ENOTSUP, and such a consumer watches first.
 //
 // A ring of the last kChangeLog writes, numbered from the log's base. A change is written twice:
 // before the system call (unmap_begin), so that a check while it is under way sees it, and
@@ -48,8 +49,10 @@ void Cache::log_change(uintptr_t start, size_t len) noexcept
 
 int Cache::changes_mark(uint64_t *mark) noexcept
 {
-    if (!tracker_->hears_every_unmap() || !caching_)
+    if (!caching_)
         return -ENOTSUP;
+    if (!tracker_->hears_every_unmap())
+        return tracker_->change_mark(mark);
     if (!change_log_.load(std::memory_order_acquire)) {
         // Allocated once, at the first mark (a cache nobody asks keeps no log); never freed
         // before the cache, since a hook may be writing it. Each log numbers from a base of
@@ -77,6 +80,8 @@ int Cache::changes_mark(uint64_t *mark) noexcept
 
 int Cache::changed_since(uint64_t mark, uintptr_t start, size_t len) const noexcept
 {
+    if (!tracker_->hears_every_unmap())
+        return caching_ ? tracker_->changed_since(mark, start, len) : -EINVAL;
     const ChangeSlot *log = change_log_.load(std::memory_order_acquire);
     if (!log)
         return -EINVAL;  // no mark was ever given

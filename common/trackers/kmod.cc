@@ -35,6 +35,9 @@ namespace {
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
                   alignof(std::atomic<uint32_t>) == alignof(uint32_t),
               "the module's words are read as std::atomic<uint32_t>");
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
+                  std::atomic<uint64_t>::is_always_lock_free && VMTRACK_W_LOG % 2 == 0,
+              "the change log's count is read as std::atomic<uint64_t>");
 
 // Open the device, check its ABI, map the words. 0 or a negative errno and *why.
 int open_device(int *fd_out, vmtrack_info *info, const std::atomic<uint32_t> **words,
@@ -171,6 +174,33 @@ public:
         }
     }
 
+    // The module's change log (VMTRACK_IOC_LOG_START), started at the first mark: a mark is
+    // then one load of the count in the header words.
+    int change_mark(uint64_t *mark) noexcept override
+    {
+        int state = log_state_.load(std::memory_order_acquire);
+        if (state == kLogUnknown)
+            state = start_log();
+        if (state != kLogOn)
+            return state;
+        *mark = log_count()->load(std::memory_order_seq_cst);
+        return 0;
+    }
+
+    int changed_since(uint64_t mark, uintptr_t start, size_t len) noexcept override
+    {
+        if (log_state_.load(std::memory_order_acquire) != kLogOn)
+            return -EINVAL;
+        vmtrack_changed a;
+        memset(&a, 0, sizeof a);
+        a.mark = mark;
+        a.start = start;
+        a.len = len;
+        if (ioctl(fd_, VMTRACK_IOC_CHANGED, &a) != 0)
+            return -errno;
+        return a.changed ? 1 : 0;
+    }
+
     int after_fork_child() noexcept override
     {
         // The inherited fd watches the parent: close it (the parent's file lives on in the
@@ -187,6 +217,7 @@ public:
         reused_.store(0);
         events_.store(0);
         overflows_.store(0);
+        log_state_.store(kLogUnknown);  // the parent's log; the child starts its own if asked
         std::string why;
         const std::atomic<uint32_t> *w = nullptr;
         int rc = open_device(&fd_, &info_, &w, &why);
@@ -224,6 +255,13 @@ public:
              "own), before it completes; not mprotect (same pages)\n";
         d += "hit check: one load of the range's word, no system call; subscribers hear of "
              "changes on the next miss or vmt_flush (after the change)\n";
+        int log = log_state_.load(std::memory_order_acquire);
+        d += log == kLogOn ? "change log: on (every invalidation of the process, for "
+                             "libfabric's first registrations)\n"
+             : log == kLogUnknown ? "change log: not started (nobody asked)\n"
+             : (info_.features & VMTRACK_FEATURE_CHANGE_LOG)
+                 ? "change log: the module refused it\n"
+                 : "change log: none (a module older than this library)\n";
         d += watch_checks_mapped()
                  ? "mapped check of a miss: the watch itself (the module refuses a range with "
                    "a hole)\n"
@@ -334,6 +372,37 @@ private:
             VMT_LOG_WARN("kmod: unwatch of word %u: %s", token.handle, strerror(errno));
     }
 
+    static constexpr int kLogUnknown = 1 << 30, kLogStarting = (1 << 30) + 1, kLogOn = 0;
+
+    const std::atomic<uint64_t> *log_count() const noexcept
+    {
+        return reinterpret_cast<const std::atomic<uint64_t> *>(words_ + VMTRACK_W_LOG);
+    }
+
+    // kLogOn, or the negative errno for good (a module without the log: -ENOTSUP).
+    int start_log() noexcept
+    {
+        int expect = kLogUnknown;
+        if (!log_state_.compare_exchange_strong(expect, kLogStarting)) {
+            while ((expect = log_state_.load(std::memory_order_acquire)) == kLogStarting)
+                sched_yield();
+            return expect;
+        }
+        int state = kLogOn;
+        vmtrack_log_start a;
+        memset(&a, 0, sizeof a);
+        if (fd_ < 0 || !(info_.features & VMTRACK_FEATURE_CHANGE_LOG)) {
+            state = -ENOTSUP;
+        } else if (ioctl(fd_, VMTRACK_IOC_LOG_START, &a) != 0) {
+            state = -errno;
+            VMT_LOG_WARN("kmod: the module refused its change log (%s): libfabric's first "
+                         "registrations stay uncached",
+                         strerror(errno));
+        }
+        log_state_.store(state, std::memory_order_release);
+        return state;
+    }
+
     void shut() noexcept
     {
         if (words_ && words_ != always_valid_words())
@@ -352,6 +421,7 @@ private:
     std::atomic<uint64_t> overflows_{0};
     std::atomic<bool> full_warned_{false};
     std::atomic<uint64_t> reused_{0};
+    std::atomic<int> log_state_{kLogUnknown};
     // A flag, not a mutex: held for a few stores, and a fork child can simply clear it.
     std::atomic<bool> park_busy_{false};
     Parked park_[kParkSlots];

@@ -91,6 +91,22 @@ public:
     // makes no mapped check of its own.
     virtual bool watch_checks_mapped() const noexcept { return false; }
 
+    // A record of every change of the address space that the tracker keeps itself (kmod, with
+    // a module that logs), for a sink that keeps none (vmt_changes_mark, vmt_changed_since):
+    // the record's count now as *mark; whether a change overlapping [start, start+len) was
+    // recorded since, or may be under way (1), or not (0). -ENOTSUP where there is none,
+    // -EINVAL for a mark it never gave.
+    virtual int change_mark(uint64_t *mark) noexcept
+    {
+        (void)mark;
+        return -ENOTSUP;
+    }
+    virtual int changed_since(uint64_t mark, uintptr_t start, size_t len) noexcept
+    {
+        (void)mark, (void)start, (void)len;
+        return -ENOTSUP;
+    }
+
     // Called on the miss path and by vmt_flush, outside locks: handle pending events.
     virtual void poll() noexcept {}
 

@@ -1,7 +1,8 @@
 /* The kmod tracker through the public API (a fake device): hits while nothing changed, no hit
  * once the kernel changed the pages (munmap, raw munmap, madvise, MAP_FIXED), hits across
  * mprotect, events drained into invalidations and subscribers, fork, event overflow, limit,
- * and a range registered again reusing its parked watch.
+ * a range registered again reusing its parked watch, and the module's change log through
+ * vmt_changes_mark / vmt_changed_since (raw system calls included, which hooks' log misses).
  * Needs /dev/vmtrack (run under test/vm/run); skipped (exit 77) without it. */
 #include "config.h"
 
@@ -38,6 +39,37 @@ static void *get_put(struct fixture *f, void *addr, size_t len)
 	vmt_put(r);
 	return h;
 }
+
+/* libfabric's monitor's question: pages pinned after a mark, watched by a vmt_get, unchanged
+ * since the mark? The module's log answers it for any change, raw system calls included. */
+START_TEST(change_log_answers_for_any_change)
+{
+	struct fixture f;
+	size_t len = 4 * 4096;
+	char *a = map_at(NULL, len), *b = map_at(NULL, len);
+	uint64_t mark, second;
+	char report[4096];
+
+	fixture_open(&f, "kmod", 0);
+	ck_assert_int_eq(vmt_changes_mark(f.cache, &mark), 0);
+	ck_assert_uint_ne(mark, 0);
+	get_put(&f, a, len);
+	ck_assert_int_eq(vmt_changed_since(f.cache, mark, a, len), 0);
+	ck_assert_int_eq(syscall(SYS_munmap, b, len), 0);
+	ck_assert_int_eq(vmt_changed_since(f.cache, mark, b, len), 1);
+	ck_assert_int_eq(vmt_changed_since(f.cache, mark, a, len), 0);
+	ck_assert_int_eq(vmt_changes_mark(f.cache, &second), 0);
+	ck_assert_uint_gt(second, mark);
+	ck_assert_int_eq(madvise(a, 4096, MADV_DONTNEED), 0);
+	ck_assert_int_eq(vmt_changed_since(f.cache, second, a, len), 1);
+	ck_assert_int_eq(vmt_changed_since(f.cache, second, a + 4096, len - 4096), 0);
+	ck_assert_int_eq(vmt_changed_since(f.cache, second + 1000, a, len), -EINVAL);
+	vmt_cache_tracker_report(f.cache, report, sizeof report);
+	ck_assert_msg(strstr(report, "change log: on"), "%s", report);
+	fixture_close(&f);
+	munmap(a, len);
+}
+END_TEST
 
 START_TEST(report_names_kmod)
 {
@@ -397,6 +429,7 @@ int main(void)
 	tcase_add_test(tc, overflow_drops_everything);
 	tcase_add_test(tc, limit_serves_uncached);
 	tcase_add_test(tc, a_range_registered_again_reuses_its_watch);
+	tcase_add_test(tc, change_log_answers_for_any_change);
 	suite_add_tcase(s, tc);
 	rc = check_run(s, CK_FORK);
 	printf("%s: test_kmod_tracker\n", rc ? "FAIL" : "PASS");
