@@ -21,7 +21,7 @@ EXTRA_test_ofi_test_ofi_import_DEPENDENCIES = libvmtrack-ofi.la
 
 test_ofi_test_ofi_rdma_SOURCES = test/ofi/test_ofi_rdma.c test/ofi/ofi_rig.c \
 	test/ofi/ofi_rig.h test/ofi/ofi_suite.h test/ofi/ofi_scenarios.c test/ofi/ofi_stress.c \
-	test/ofi/ofi_bench.c
+	test/ofi/ofi_bench.c test/ofi/ofi_reuse.c
 test_ofi_test_ofi_rdma_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ofi-monitor $(OFI_CFLAGS) \
 	-DVMT_OFI_MODULE_PATH='"$(abs_top_builddir)/.libs/libvmtrack-ofi.so"'
 test_ofi_test_ofi_rdma_LDADD = $(OFI_LIBS) -ldl -lpthread

@@ -1,7 +1,8 @@
 /* The data-checked scenarios over RDMA: a source buffer is written into the target four
  * times, each round with different bytes. Rounds 1-3 register the same pages (a miss; with
- * vmtrack's monitor on kmod or uffd a second miss, as a range is cached there only under a
- * watch armed before its registration, doc/ofi.md; then a hit in libfabric's MR cache), then
+ * vmtrack's monitor a second miss where its change log cannot vouch for the range, as a range
+ * is cached then only under a watch armed before its registration, doc/ofi.md; then a hit in
+ * libfabric's MR cache), then
  * the address space
  * changes under the buffer and new pages come back at the same address, round 4 writes new
  * bytes: the target must get them. If it gets round 3's bytes, libfabric used a stale

@@ -19,6 +19,9 @@ struct ofi_rig;
 int ofi_scenario_run(struct ofi_rig *r, const char *scenario);
 int ofi_stress_run(struct ofi_rig *r, unsigned rounds, int raw, int fenced);
 int ofi_bench_run(struct ofi_rig *r, unsigned iters);
+/* Opens a rig (a domain) of its own: prints "RESULT reuse-begin", then, after the domain's
+ * close, "RESULT reuse buffers N puts P". */
+int ofi_reuse_run(unsigned n);
 
 /* Prints "RESULT monitor <subscribes> <valids> <valids_false> <notifies>" if libvmtrack-ofi
  * is loaded and imported. */

@@ -148,7 +148,8 @@ static void replace_pages(void *p, size_t len)
     memset(p, 2, len);
 }
 
-/* Whether the watch cache logs changes before they happen (hooks; not uffd, kmod). */
+/* Whether the watch cache keeps a log of every change (hooks; kmod with a module that logs;
+ * not uffd). */
 static bool changes_logged(void)
 {
     uint64_t mark;
@@ -464,7 +465,7 @@ END_TEST
 /* Where the watch cache logs changes (hooks): a range's first registration is cached when no
  * change touched it since the thread's previous call, changes elsewhere do not matter, and a
  * change of the range in between, or more changes than the log keeps, refuse it. Elsewhere
- * (uffd, kmod) no log is kept and the first registration only arms. */
+ * (uffd) no log is kept and the first registration only arms. */
 START_TEST(first_registration_cached_where_changes_are_logged)
 {
     setup_mon(0);

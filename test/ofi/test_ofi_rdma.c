@@ -4,12 +4,14 @@
  *   - the data-checked scenarios (ofi_scenarios.c), with libfabric's "MR cache stats" line
  *     (FI_LOG_LEVEL=info) proving that the round before the change was a cache hit;
  *   - the stress of unmaps racing fi_mr_reg (ofi_stress.c);
- *   - the figures (ofi_bench.c), printed as ratios against memhooks.
+ *   - the figures (ofi_bench.c), printed as ratios against memhooks;
+ *   - a buffer used twice, in a second domain (ofi_reuse.c): libfabric's hits there.
  * Asserted: with libvmtrack-ofi no scenario its tracker claims (tools/scenarios: hooks all
  * but the raw system call; uffd, kmod all) is stale and no stress write is wrong; memhooks is
  * stale on the raw system call (the control: the suite can see a stale registration); every
- * process really cached (hits > 0); the monitor was started by the domain and stopped by its
- * close. Without an RDMA device it says so and exits 77.
+ * process really cached (hits > 0); the monitor was started by each domain and stopped by its
+ * close; a buffer used twice hits where the monitor caches first registrations (memhooks;
+ * vmtrack's on hooks and kmod). Without an RDMA device it says so and exits 77.
  *
  *   test_ofi_rdma [--all]            everything above (what make check-ofi-vm runs)
  *   test_ofi_rdma --child MON        all of it for monitor MON in this process */
@@ -37,6 +39,7 @@
 #define CHILD_TIMEOUT_S 60
 #define STRESS_ROUNDS 5
 #define BENCH_ITERS 2000
+#define REUSE_BUFFERS 32
 #define OUT_MAX (1u << 20)
 
 static const char *monitors[] = {"memhooks", "uffd", "vmtrack:hooks", "vmtrack:uffd",
@@ -128,10 +131,13 @@ static int child_main(int argc, char **argv)
             bad |= ofi_stress_run(&r, STRESS_ROUNDS, raw, fenced) << 1;
     long stress_ms = ms_since(&t0);
     rig_close(&r);
-    printf("RESULT timing open %ld scenarios %ld bench %ld stress %ld close %ld ms\n", open_ms,
-           scn_ms - open_ms, bench_ms - scn_ms, stress_ms - bench_ms, ms_since(&t0) - stress_ms);
+    long close_ms = ms_since(&t0);
+    bad |= ofi_reuse_run(REUSE_BUFFERS) << 3;
+    printf("RESULT timing open %ld scenarios %ld bench %ld stress %ld close %ld reuse %ld ms\n",
+           open_ms, scn_ms - open_ms, bench_ms - scn_ms, stress_ms - bench_ms,
+           close_ms - stress_ms, ms_since(&t0) - close_ms);
     ofi_print_monitor_stats();
-    printf("RESULT exit %d (1 scenario error, 2 stress, 4 bench)\n", bad);
+    printf("RESULT exit %d (1 scenario error, 2 stress, 4 bench, 8 reuse)\n", bad);
     return bad;
 }
 
@@ -229,6 +235,32 @@ static int asserted(unsigned m)
 }
 static struct figures fig[NMON];
 
+/* A buffer used twice (ofi_reuse.c): libfabric's hits in that domain alone. Asserted where the
+ * monitor caches a range's first registration: memhooks (libfabric's default), and vmtrack's
+ * on trackers that keep a change log (hooks; kmod with a module that logs). */
+static void reuse_row(unsigned m, const struct run *r)
+{
+    const char *mon = monitors[m], *begin = strstr(r->out, "RESULT reuse-begin");
+    double hits = -1, searches = 0, puts = -1;
+    if (!begin || field(begin, "MR cache stats", "hits ", &hits) ||
+        field(begin, "MR cache stats", "searches ", &searches) ||
+        field(begin, "RESULT reuse buffers", "puts ", &puts)) {
+        if (r->status == 0)
+            FAILED("%s: the buffer-used-twice domain printed no figures", mon);
+        return;
+    }
+    int judged = !strcmp(mon, "memhooks") || !strcmp(mon, "vmtrack:hooks") ||
+                 !strcmp(mon, "vmtrack:kmod");
+    printf("  %-14s a buffer used twice (%d buffers): searches %.0f hits %.0f%s\n", mon,
+           REUSE_BUFFERS, searches, hits, judged ? "" : "  not asserted");
+    if (puts != 2 * REUSE_BUFFERS)
+        FAILED("%s: %.0f of %d puts of the buffer-used-twice domain arrived", mon, puts,
+               2 * REUSE_BUFFERS);
+    else if (judged && hits < REUSE_BUFFERS)
+        FAILED("%s: a buffer used twice hit libfabric's cache %.0f times of %d: first "
+               "registrations not cached", mon, hits, REUSE_BUFFERS);
+}
+
 static void check_process(unsigned m, const struct run *r)
 {
     const char *mon = monitors[m];
@@ -242,9 +274,9 @@ static void check_process(unsigned m, const struct run *r)
                mon, hits, ofi_scn_count);
     if (is_vmtrack(mon) && (field(r->out, "RESULT monitor", "starts ", &starts) ||
                             field(r->out, "RESULT monitor", "stops ", &stops) ||
-                            starts != 1 || stops != 1))
-        FAILED("%s: the domain did not start and stop the monitor once (starts %.0f stops "
-               "%.0f)", mon, starts, stops);
+                            starts != 2 || stops != 2))
+        FAILED("%s: the two domains did not start and stop the monitor once each (starts %.0f "
+               "stops %.0f)", mon, starts, stops);
     if (r->status != 0 && (is_vmtrack(mon) || !strcmp(mon, "memhooks")))
         FAILED("%s: the process exited with %d", mon, r->status);
     else if (r->status != 0)
@@ -261,6 +293,7 @@ static void check_process(unsigned m, const struct run *r)
                "notify %.0f", starts, stops, subs, unsubs, valids, notifies);
     const char *t = strstr(r->out, "RESULT timing ");
     printf("\n  %-14s %.*s\n", "", t ? (int)strcspn(t + 14, "\n") : 0, t ? t + 14 : "");
+    reuse_row(m, r);
 }
 
 static void scenario_table(void)
