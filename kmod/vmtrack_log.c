@@ -6,8 +6,7 @@
  * mark. An invalidation still under way when the caller checks is not written yet, so any
  * invalidation in flight answers "changed". mmu_notifier_register() takes the locks
  * invalidations run under (mm_take_all_locks()), so none is in flight across it and every
- * end the log sees had its start seen. Events that leave the pages in place (protection
- * changes, soft-dirty) are not changes.
+ * end the log sees had its start seen.
  */
 #include <linux/bits.h>
 #include <linux/limits.h>
@@ -17,23 +16,11 @@
 #include "uapi/vmtrack_kmod.h"
 #include "vmtrack_log.h"
 
-static bool keeps_pages(const struct mmu_notifier_range *range)
-{
-	switch (range->event) {
-	case MMU_NOTIFY_PROTECTION_VMA:
-	case MMU_NOTIFY_PROTECTION_PAGE:
-	case MMU_NOTIFY_SOFT_DIRTY:
-		return true;
-	default:
-		return false;
-	}
-}
-
 static int log_range_start(struct mmu_notifier *mn, const struct mmu_notifier_range *range)
 {
 	struct vmtrack_log *log = container_of(mn, struct vmtrack_log, notifier);
 
-	if (keeps_pages(range))
+	if (vmtrack_keeps_pages(range))
 		return 0;
 	spin_lock(&log->lock);
 	log->in_flight++;
@@ -46,7 +33,7 @@ static void log_range_end(struct mmu_notifier *mn, const struct mmu_notifier_ran
 	struct vmtrack_log *log = container_of(mn, struct vmtrack_log, notifier);
 	struct vmtrack_log_entry *e;
 
-	if (keeps_pages(range))
+	if (vmtrack_keeps_pages(range))
 		return;
 	spin_lock(&log->lock);
 	e = &log->entries[log->count % VMTRACK_LOG_ENTRIES];

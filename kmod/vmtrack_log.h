@@ -30,6 +30,25 @@ struct vmtrack_log {
 	struct vmtrack_log_entry entries[VMTRACK_LOG_ENTRIES];
 };
 
+/*
+ * Whether an invalidation leaves the same pages mapped (protection, soft-dirty): no change for
+ * a watch or the log. Everything else is one, EXCLUSIVE included: since 6.15 it means a
+ * device took the pages (the same pages; taking them back reports CLEAR), before that it also
+ * reported the CPU's fault that took them back. A spurious change costs a registration, a
+ * missed one a stale registration.
+ */
+static inline bool vmtrack_keeps_pages(const struct mmu_notifier_range *range)
+{
+	switch (range->event) {
+	case MMU_NOTIFY_PROTECTION_VMA:
+	case MMU_NOTIFY_PROTECTION_PAGE:
+	case MMU_NOTIFY_SOFT_DIRTY:
+		return true;
+	default:
+		return false;
+	}
+}
+
 struct vmtrack_log_start;
 struct vmtrack_changed;
 

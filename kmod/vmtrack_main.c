@@ -169,21 +169,8 @@ static bool vmtrack_invalidate(struct mmu_interval_notifier *mni,
 	struct vmtrack_event ev;
 	bool wake = false;
 
-	switch (range->event) {
-	case MMU_NOTIFY_PROTECTION_VMA:
-	case MMU_NOTIFY_PROTECTION_PAGE:
-	case MMU_NOTIFY_SOFT_DIRTY:
-		/* the same pages stay mapped: registrations remain valid */
-		return true;
-	default:
-		/*
-		 * A change, EXCLUSIVE included: since 6.15 it means a device took the pages
-		 * (the same pages; taking them back reports CLEAR), before that it also reported
-		 * the CPU's fault that took them back. A spurious invalidation costs a
-		 * registration, a missed one a stale registration.
-		 */
-		break;
-	}
+	if (vmtrack_keeps_pages(range))
+		return true;	/* registrations remain valid */
 
 	spin_lock(&f->evlock);
 	mmu_interval_set_seq(mni, cur_seq);
