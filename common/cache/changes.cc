@@ -13,10 +13,11 @@
 // before the system call (unmap_begin), so that a check while it is under way sees it, and
 // after it (unmap_end, before the misses it held go on), since the pages change only at the
 // system call and a thread may take its mark, and pin the old pages, in between: the second
-// number is newer than any such mark. Each write takes its number (fetch_add, seq_cst), then writes its slot under the slot's own
-// sequence (odd while written, 2 * number + 2 once written). A reader that finds a slot
-// not holding the number it looks for (being written, or overwritten by a later change) or
-// a mark more than kChangeLog writes behind answers "changed": it can prove nothing then.
+// number is newer than any such mark. Each write takes its number (fetch_add, seq_cst), then
+// writes its slot under the slot's own sequence (odd while written, 2 * number + 2 once
+// written). A reader that finds a slot not holding the number it looks for (being written, or
+// overwritten by a later change) or a mark more than kChangeLog writes behind answers
+// "changed": it can prove nothing then.
 #include "config.h"
 #include "cache/cache.h"
 

@@ -397,7 +397,7 @@ private:
             state = -errno;
             VMT_LOG_WARN("kmod: the module refused its change log (%s): libfabric's first "
                          "registrations stay uncached",
-                         strerror(errno));
+                         strerror(-state));
         }
         log_state_.store(state, std::memory_order_release);
         return state;

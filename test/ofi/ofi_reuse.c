@@ -46,9 +46,9 @@ int ofi_reuse_run(unsigned n)
                 puts++;
         }
     }
-    rig_close(&r);
+    rig_close(&r);   /* libfabric logs this domain's "MR cache stats" here */
     if (bufs != MAP_FAILED)
-        munmap(bufs, (size_t)n * REUSE_LEN);   /* libfabric logs this domain's "MR cache stats" here */
+        munmap(bufs, (size_t)n * REUSE_LEN);
     printf("RESULT reuse buffers %u puts %u%s\n", n, puts, bad ? " error" : "");
     fflush(stdout);
     return bad;
