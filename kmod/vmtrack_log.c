@@ -71,36 +71,20 @@ void vmtrack_log_init(struct vmtrack_log *log, u64 *published)
 	log->published = published;
 }
 
-int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm,
-		      struct vmtrack_log_start *a)
+/* Once per log, before the file publishes it: a published log is always registered. */
+int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm)
 {
-	int ret;
-
-	if (!log->started) {
-		/* 2^32 apart at least, and never 0: a mark of 0 is no mark */
-		log->base = ((u64)get_random_u32() << 32) | BIT_ULL(63);
-		log->count = log->base;
-		WRITE_ONCE(*log->published, log->count);
-		log->notifier.ops = &vmtrack_log_ops;
-		ret = mmu_notifier_register(&log->notifier, mm);
-		if (ret)
-			return ret;
-		spin_lock(&log->lock);
-		log->started = true;
-		spin_unlock(&log->lock);
-	}
-	a->base = log->base;
-	a->entries = VMTRACK_LOG_ENTRIES;
-	return 0;
+	/* 2^32 apart at least, and never 0: a mark of 0 is no mark */
+	log->base = ((u64)get_random_u32() << 32) | BIT_ULL(63);
+	log->count = log->base;
+	WRITE_ONCE(*log->published, log->count);
+	log->notifier.ops = &vmtrack_log_ops;
+	return mmu_notifier_register(&log->notifier, mm);
 }
 
 void vmtrack_log_stop(struct vmtrack_log *log, struct mm_struct *mm)
 {
-	if (log->started)
-		mmu_notifier_unregister(&log->notifier, mm);
-	spin_lock(&log->lock);
-	log->started = false;
-	spin_unlock(&log->lock);
+	mmu_notifier_unregister(&log->notifier, mm);
 }
 
 int vmtrack_log_changed(struct vmtrack_log *log, struct vmtrack_changed *a)
@@ -111,7 +95,7 @@ int vmtrack_log_changed(struct vmtrack_log *log, struct vmtrack_changed *a)
 
 	a->changed = 1;
 	spin_lock(&log->lock);
-	if (!log->started || a->mark < log->base || a->mark > log->count) {
+	if (a->mark < log->base || a->mark > log->count) {
 		spin_unlock(&log->lock);
 		return -EINVAL;
 	}

@@ -25,7 +25,6 @@ struct vmtrack_log {
 	u64 count;			/* the next number */
 	u64 *published;		/* count, as the opener reads it (header words) */
 	u32 in_flight;			/* invalidations started and not yet ended */
-	bool started;
 	bool released;			/* the address space is going away */
 	struct vmtrack_log_entry entries[VMTRACK_LOG_ENTRIES];
 };
@@ -49,13 +48,14 @@ static inline bool vmtrack_keeps_pages(const struct mmu_notifier_range *range)
 	}
 }
 
-struct vmtrack_log_start;
 struct vmtrack_changed;
 
 void vmtrack_log_init(struct vmtrack_log *log, u64 *published);
-/* Caller serializes start and stop (the file's mutex); mm is the opener's and current's. */
-int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm,
-		      struct vmtrack_log_start *a);
+/*
+ * Start once per log, before anything else can reach it; stop only a started log, once. mm is
+ * the opener's and current's.
+ */
+int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm);
 void vmtrack_log_stop(struct vmtrack_log *log, struct mm_struct *mm);
 int vmtrack_log_changed(struct vmtrack_log *log, struct vmtrack_changed *a);
 

@@ -493,15 +493,18 @@ static long ioc_log_start(struct vmtrack_file *f, struct vmtrack_log_start __use
 			return -ENOMEM;
 		}
 		vmtrack_log_init(log, (u64 *)&f->hdr[VMTRACK_W_LOG]);
-	}
-	ret = vmtrack_log_start(log, f->mm, &a);
-	if (ret && !f->log)
-		kfree(log);
-	else if (!f->log)	/* CHANGED reads it without f->lock: after its init */
+		ret = vmtrack_log_start(log, f->mm);
+		if (ret) {
+			mutex_unlock(&f->lock);
+			kfree(log);
+			return ret;
+		}
+		/* CHANGED reads it without f->lock: after its start */
 		smp_store_release(&f->log, log);
+	}
+	a.base = log->base;
+	a.entries = VMTRACK_LOG_ENTRIES;
 	mutex_unlock(&f->lock);
-	if (ret)
-		return ret;
 	return copy_to_user(uarg, &a, sizeof(a)) ? -EFAULT : 0;
 }
 
