@@ -49,6 +49,11 @@ int hit_run(const std::string &env, size_t hits, int threads, HitRun *out)
     return rc;
 }
 
+// Paired rounds per row, as many as the core's rows: on these VMs one run of the helper moves
+// by a third from the next (a miss workload's run lasts a few milliseconds), and the median
+// of five pairs flipped verdicts between runs of the same build.
+int module_reps(bool quick) { return quick ? 5 : 9; }
+
 // One paired round of a miss workload: stock's and the module's ns per operation (the buffer
 // used once: what the cache adds to the loop without it).
 int miss_round(const std::string &module, enum miss_workload w, size_t ops, double *stock,
@@ -67,7 +72,7 @@ int miss_round(const std::string &module, enum miss_workload w, size_t ops, doub
 
 int hit_rows(const std::string &module, bool quick, std::vector<Row> *rows, std::string *json)
 {
-    const int reps = quick ? 3 : 5;
+    const int reps = module_reps(quick);
     const size_t hits = quick ? 500000 : 2000000;
     std::vector<double> mod_ns, stock_ns, ratios, scalings, cpu_scalings, stock_scalings;
     for (int r = 0; r < reps; r++) {
@@ -109,7 +114,7 @@ int hit_rows(const std::string &module, bool quick, std::vector<Row> *rows, std:
 
 int miss_rows(const std::string &module, bool quick, std::vector<Row> *rows, std::string *json)
 {
-    const int reps = quick ? 3 : 5;
+    const int reps = module_reps(quick);
     struct Work {
         enum miss_workload w;
         size_t ops;
