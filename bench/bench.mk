@@ -15,6 +15,11 @@ EXTRA_DIST += bench/bench_ucx_main.c bench/bench_ucx.c bench/bench_ucx_miss.c \
 	bench/bench_ucx_rcache.h
 endif
 
+# vmt_get's memo hit against a model of the least a memo hit does: ./bench/hit_model [HITS]
+check_PROGRAMS += bench/hit_model
+bench_hit_model_SOURCES = bench/hit_model.c
+bench_hit_model_LDADD = libvmtrack.la
+
 # What each user-space tracker adds to munmap: ./bench/bench_trackers
 check_PROGRAMS += bench/bench_trackers
 bench_bench_trackers_SOURCES = bench/bench_trackers.c bench/tracker_bench.cc bench/tracker_bench.h
