@@ -177,6 +177,13 @@ void unmap_both(Maps *m)
     m->words = nullptr;
 }
 
+void close_both(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
 // Connect and say hello: the socket and the two maps' fds, or a negative errno and *why.
 int hello_daemon(int *sock, int fds[2], std::string *why)
 {
@@ -211,9 +218,7 @@ int hello_daemon(int *sock, int fds[2], std::string *why)
     fds[0] = fds[1] = -1;
     int rc = read_reply(s, &r, fds, why);
     if (rc < 0) {
-        for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0)
-                close(fds[i]);
+        close_both(fds);
         close(s);
         return rc;
     }
@@ -221,21 +226,19 @@ int hello_daemon(int *sock, int fds[2], std::string *why)
     return 0;
 }
 
-void close_both(int fds[2])
-{
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-}
-
 // Connect, say hello, map the two maps the daemon passes. 0 or a negative errno and *why.
-int connect_daemon(Maps *out, std::string *why)
+// With words_fd, the words map's fd stays open there (a reconnect maps it again elsewhere).
+int connect_daemon(Maps *out, std::string *why, int *words_fd = nullptr)
 {
     int s = -1, fds[2];
     int rc = hello_daemon(&s, fds, why);
     if (rc < 0)
         return rc;
     rc = map_both(fds, out, why);
+    if (rc == 0 && words_fd) {
+        *words_fd = fds[1];
+        fds[1] = -1;
+    }
     close_both(fds);
     if (rc < 0) {
         unmap_both(out);
@@ -468,22 +471,18 @@ private:
             reconnecting_.exchange(true, std::memory_order_acquire))
             return false;
         next_try_ns_.store(now + kRetryNs, std::memory_order_relaxed);
-        int sock = -1, fds[2] = {-1, -1};
+        int words_fd = -1;
         Maps fresh;
         std::string why;
-        int rc = hello_daemon(&sock, fds, &why);
-        if (rc == 0 && (rc = map_both(fds, &fresh, &why)) < 0) {
-            unmap_both(&fresh);
-            close(sock);
-        }
+        int rc = connect_daemon(&fresh, &why, &words_fd);
         if (rc == 0) {
             // Every entry was watched through the old maps: none may outlive them. Misses
             // planned before this see it in the cache's invalidation log and plan again.
             sink_->invalidate(0, UINTPTR_MAX);
             Guard g(busy_);
-            rc = adopt(fresh, sock, fds[1]);
+            rc = adopt(fresh, words_fd);
+            close(words_fd);
         }
-        close_both(fds);
         // From the end of this try: one that waited kAnswerS for a daemon that does not answer
         // must not make the next miss wait as long straight away.
         next_try_ns_.store(monotonic_ns() + kRetryNs, std::memory_order_relaxed);
@@ -497,7 +496,7 @@ private:
 
     // With busy_ held: the new daemon's maps in place of the old ones, the words where the
     // old words were. A slot an old entry holds stays taken (orphan) until its unwatch.
-    int adopt(Maps &fresh, int sock, int words_fd) noexcept
+    int adopt(Maps &fresh, int words_fd) noexcept
     {
         size_t words_len = page_round(sizeof(vmtrack_bpf_words));
         void *at = const_cast<std::atomic<uint32_t> *>(maps_.words);
@@ -508,7 +507,7 @@ private:
             mmap(at, words_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
             VMT_LOG_WARN("bpf: cannot map the new vmtrackd's words: %s", strerror(e));
             unmap_both(&fresh);
-            close(sock);
+            close(fresh.sock);
             return -e;
         }
         munmap(const_cast<std::atomic<uint32_t> *>(fresh.words), words_len);
@@ -516,7 +515,7 @@ private:
         maps_.ranges = fresh.ranges;
         if (maps_.sock >= 0)
             close(maps_.sock);
-        maps_.sock = sock;
+        maps_.sock = fresh.sock;
         nfree_ = 0;
         for (uint32_t i = kSlots; i-- > 0;) {
             if (local_[i].used)
