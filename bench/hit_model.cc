@@ -14,14 +14,21 @@
  * by pointer), alternated; the figures are medians of the rounds, and of the rounds' ratios.
  * The model is a yardstick for changes to the hit path, not a target: it cannot miss.
  */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include <vmtrack.h>
+
+#include "bench_util.h"
+
+using vmt_bench::median;
+using vmt_bench::null_dereg;
+using vmt_bench::null_reg;
+using vmt_bench::thread_cpu_ns;
 
 #define REGIONS 1024u
 #define REGION_BYTES (64u * 1024u)
@@ -79,7 +86,7 @@ __attribute__((noinline)) static int model_get(struct vmt_device *dev, const voi
         return -1;
     }
     __atomic_store_n(&model_thread.hits, model_thread.hits + 1, __ATOMIC_RELAXED);
-    *out = (struct vmt_reg *)(uintptr_t)(hold & ~7ull);
+    *out = reinterpret_cast<struct vmt_reg *>(hold & ~7ull);
     return 0;
 }
 
@@ -90,33 +97,14 @@ __attribute__((noinline)) static void model_put(struct vmt_reg *reg)
         *slot = 0;
 }
 
-static int null_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
-{
-    (void)ctx, (void)addr, (void)len, (void)access;
-    *handle = NULL;
-    return 0;
-}
-
-static void null_dereg(void *ctx, void *handle)
-{
-    (void)ctx, (void)handle;
-}
-
 typedef int (*get_fn)(struct vmt_device *, const void *, size_t, unsigned, struct vmt_reg **);
 typedef void (*put_fn)(struct vmt_reg *);
-
-static double thread_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 /* ns per get+put of the workload; -1 if a get failed */
 static double run_loop(get_fn volatile get, put_fn volatile put, struct vmt_device *dev,
                        const char *base, const uint32_t *ix, size_t hits)
 {
-    double t0 = thread_ns();
+    double t0 = thread_cpu_ns();
     for (size_t i = 0; i < hits; i++) {
         struct vmt_reg *r;
         if (get(dev, base + (size_t)ix[i & (INDICES - 1)] * STRIDE, REGION_BYTES,
@@ -124,29 +112,17 @@ static double run_loop(get_fn volatile get, put_fn volatile put, struct vmt_devi
             return -1;
         put(r);
     }
-    return (thread_ns() - t0) / (double)hits;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), by_value);
-    return v[n / 2];
+    return (thread_cpu_ns() - t0) / (double)hits;
 }
 
 /* The regions whose first-way slot the model could give them (no other region's): both loops
- * hit these only. NULL if out of memory. */
+ * hit these only. nullptr if out of memory. */
 static uint32_t *model_fill(const char *base, uint64_t *regs)
 {
-    uint32_t *ix = malloc(INDICES * sizeof(*ix));
+    uint32_t *ix = static_cast<uint32_t *>(malloc(INDICES * sizeof(*ix)));
     uint32_t owned[REGIONS], n = 0;
     if (!ix)
-        return NULL;
+        return nullptr;
     for (uint32_t i = 0; i < REGIONS; i++) {
         uintptr_t a = (uintptr_t)(base + (size_t)i * STRIDE);
         struct model_slot *m = &model_memo[model_set(a >> 12)];
@@ -174,31 +150,32 @@ static int open_cache(struct vmt_cache **cache, struct vmt_device **dev)
     VMT_OPTS(vmt_device_ops, ops, .name = "null", .reg = null_reg, .dereg = null_dereg);
     static struct vmt_device_ops kept;
     kept = ops;
-    return vmt_device_attach(*cache, &kept, NULL, dev);
+    return vmt_device_attach(*cache, &kept, nullptr, dev);
 }
 
 int main(int argc, char **argv)
 {
-    size_t hits = argc > 1 ? strtoull(argv[1], NULL, 0) : 10000000;
-    struct vmt_cache *cache = NULL;
-    struct vmt_device *dev = NULL;
+    size_t hits = argc > 1 ? strtoull(argv[1], nullptr, 0) : 10000000;
+    struct vmt_cache *cache = nullptr;
+    struct vmt_device *dev = nullptr;
     int rc = open_cache(&cache, &dev);
     if (rc) {
         fprintf(stderr, "hit_model: cannot open a cache: %s\n", vmt_strerror(rc));
         return 1;
     }
-    void *memo = mmap(NULL, 2 * MEMO_SLOTS * 64, PROT_READ | PROT_WRITE,
+    void *memo = mmap(nullptr, 2 * MEMO_SLOTS * 64, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    char *base = mmap(NULL, (size_t)REGIONS * STRIDE, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    uint64_t *regs = calloc(REGIONS, 64);
-    if (memo == MAP_FAILED || base == MAP_FAILED || !regs) {
+    void *space = mmap(nullptr, (size_t)REGIONS * STRIDE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *base = static_cast<char *>(space);
+    uint64_t *regs = static_cast<uint64_t *>(calloc(REGIONS, 64));
+    if (memo == MAP_FAILED || space == MAP_FAILED || !regs) {
         fprintf(stderr, "hit_model: out of memory\n");
         return 1;
     }
     /* One 2 MiB page, as the library's memo (a hint: fine if refused). */
     uintptr_t aligned = ((uintptr_t)memo + MEMO_SLOTS * 64 - 1) & ~((uintptr_t)MEMO_SLOTS * 64 - 1);
-    model_memo = (struct model_slot *)aligned;
+    model_memo = reinterpret_cast<struct model_slot *>(aligned);
     madvise(model_memo, MEMO_SLOTS * 64, MADV_HUGEPAGE);
     uint32_t *ix = model_fill(base, regs);
     if (!ix) {
@@ -213,7 +190,7 @@ int main(int argc, char **argv)
         }
         vmt_put(r);
     }
-    double lib[ROUNDS], model[ROUNDS], ratio[ROUNDS];
+    std::vector<double> lib(ROUNDS), model(ROUNDS), ratio(ROUNDS);
     run_loop(vmt_get, vmt_put, dev, base, ix, hits / 10);  /* warm up both */
     if (run_loop(model_get, model_put, dev, base, ix, hits / 10) < 0) {
         fprintf(stderr, "hit_model: the model missed\n");
@@ -230,7 +207,7 @@ int main(int argc, char **argv)
     }
     printf("vmt_get+vmt_put %.2f ns, the model %.2f ns, library / model %.2fx "
            "(medians of %d alternated rounds of %zu hits, thread CPU time)\n",
-           median(lib, ROUNDS), median(model, ROUNDS), median(ratio, ROUNDS), ROUNDS, hits);
+           median(lib), median(model), median(ratio), ROUNDS, hits);
     vmt_device_detach(dev);
     vmt_cache_destroy(cache);
     return 0;
