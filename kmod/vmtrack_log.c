@@ -65,15 +65,14 @@ static const struct mmu_notifier_ops vmtrack_log_ops = {
 	.invalidate_range_end = log_range_end,
 };
 
-void vmtrack_log_init(struct vmtrack_log *log, u64 *published)
+/*
+ * Once per log, before the file publishes it: a published log is always registered.
+ * published: the word of the file's header that shows the log's count to the process.
+ */
+int vmtrack_log_start(struct vmtrack_log *log, u64 *published, struct mm_struct *mm)
 {
 	spin_lock_init(&log->lock);
 	log->published = published;
-}
-
-/* Once per log, before the file publishes it: a published log is always registered. */
-int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm)
-{
 	/* 2^32 apart at least, and never 0: a mark of 0 is no mark */
 	log->base = ((u64)get_random_u32() << 32) | BIT_ULL(63);
 	log->count = log->base;

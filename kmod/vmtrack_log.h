@@ -50,12 +50,11 @@ static inline bool vmtrack_keeps_pages(const struct mmu_notifier_range *range)
 
 struct vmtrack_changed;
 
-void vmtrack_log_init(struct vmtrack_log *log, u64 *published);
 /*
- * Start once per log, before anything else can reach it; stop only a started log, once. mm is
- * the opener's and current's.
+ * Start once per log (zeroed), before anything else can reach it; stop only a started log,
+ * once. mm is the opener's and current's.
  */
-int vmtrack_log_start(struct vmtrack_log *log, struct mm_struct *mm);
+int vmtrack_log_start(struct vmtrack_log *log, u64 *published, struct mm_struct *mm);
 void vmtrack_log_stop(struct vmtrack_log *log, struct mm_struct *mm);
 int vmtrack_log_changed(struct vmtrack_log *log, struct vmtrack_changed *a);
 

@@ -492,8 +492,7 @@ static long ioc_log_start(struct vmtrack_file *f, struct vmtrack_log_start __use
 			mutex_unlock(&f->lock);
 			return -ENOMEM;
 		}
-		vmtrack_log_init(log, (u64 *)&f->hdr[VMTRACK_W_LOG]);
-		ret = vmtrack_log_start(log, f->mm);
+		ret = vmtrack_log_start(log, (u64 *)&f->hdr[VMTRACK_W_LOG], f->mm);
 		if (ret) {
 			mutex_unlock(&f->lock);
 			kfree(log);
