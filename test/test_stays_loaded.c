@@ -18,6 +18,7 @@
 
 #include <vmtrack.h>
 
+#include "lib/null_device.h"
 #include "lib/skip.h"
 
 #ifndef VMT_LIBVMTRACK_PATH
@@ -29,21 +30,6 @@ typedef int (*attach_fn)(struct vmt_cache *, const struct vmt_device_ops *, void
                          struct vmt_device **);
 typedef int (*get_fn)(struct vmt_device *, const void *, size_t, unsigned, struct vmt_reg **);
 typedef void (*put_fn)(struct vmt_reg *);
-
-static int null_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
-{
-    (void)ctx;
-    (void)len;
-    (void)access;
-    *handle = addr;
-    return 0;
-}
-
-static void null_dereg(void *ctx, void *handle)
-{
-    (void)ctx;
-    (void)handle;
-}
 
 /* A cache with the first tracker of these that works, and buf cached through a miss (uffd
  * then watches it: its monitor has an unmap to wake for). The cache is left alive, as a

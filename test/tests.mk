@@ -3,10 +3,11 @@
 # test, the skip rule and the test library: test/README.md.
 
 # The test library (test/lib/): the fake device, the cache fixture, stats, mappings, a clock,
-# tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) is header only.
+# tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) and
+# test/lib/null_device.h (a device that registers nothing) are header only.
 check_LTLIBRARIES += test/lib/libvmttest.la
 test_lib_libvmttest_la_SOURCES = test/lib/vmt_test.c test/lib/system.c test/lib/iouring.c \
-	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h
+	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h test/lib/null_device.h
 test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
 test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)

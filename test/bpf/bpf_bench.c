@@ -13,21 +13,7 @@
 
 #include <vmtrack.h>
 
-/* A device that registers nothing: what is measured is the cache and the tracker. */
-static int null_reg(void *ctx, void *addr, size_t len, unsigned access, void **handle)
-{
-	(void)ctx;
-	(void)len;
-	(void)access;
-	*handle = addr;
-	return 0;
-}
-
-static void null_dereg(void *ctx, void *handle)
-{
-	(void)ctx;
-	(void)handle;
-}
+#include "../lib/null_device.h"
 
 struct bench_cache {
 	struct vmt_cache *cache;
