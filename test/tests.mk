@@ -7,6 +7,7 @@
 # test/lib/null_device.h (a device that registers nothing) are header only.
 check_LTLIBRARIES += test/lib/libvmttest.la
 test_lib_libvmttest_la_SOURCES = test/lib/vmt_test.c test/lib/system.c test/lib/iouring.c \
+	test/lib/kernel_tracker_cases.c test/lib/kernel_tracker_cases.h \
 	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h test/lib/null_device.h
 test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
 test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)

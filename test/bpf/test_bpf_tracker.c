@@ -28,15 +28,8 @@
 #include <vmtrack.h>
 
 #include "../../bpf/vmtrack_bpf_abi.h"
+#include "../lib/kernel_tracker_cases.h"
 #include "../lib/vmt_test.h"
-
-static char *map_at(void *addr, size_t len)
-{
-	char *p = map_anon_at(addr, len);
-
-	memset(p, 7, len);
-	return p;
-}
 
 static char *map_memfd(size_t len, int *fd)
 {
@@ -130,11 +123,11 @@ static void apply(enum change how, char *buf, size_t len, int fd)
 	switch (how) {
 	case CH_MUNMAP:
 		munmap(buf, len);
-		map_at(buf, len);
+		map_filled_at(buf, len, 7);
 		break;
 	case CH_RAW_MUNMAP:
 		ck_assert_int_eq(syscall(SYS_munmap, buf, len), 0);
-		map_at(buf, len);
+		map_filled_at(buf, len, 7);
 		break;
 	case CH_MAP_FIXED:
 		ck_assert_ptr_eq(mmap(buf + 2 * page, page, PROT_READ | PROT_WRITE,
@@ -158,11 +151,11 @@ static void apply(enum change how, char *buf, size_t len, int fd)
 		ck_assert_ptr_ne(p, MAP_FAILED);
 		ck_assert_ptr_eq(mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p), p);
 		munmap(p, len);
-		map_at(buf, len);
+		map_filled_at(buf, len, 7);
 		break;
 	case CH_MREMAP_SHRINK:
 		ck_assert_ptr_eq(mremap(buf, len, len - page, 0), buf);
-		map_at(buf + len - page, page);
+		map_filled_at(buf + len - page, page, 7);
 		break;
 	case CH_COW:
 		cow_after_fork(buf);
@@ -182,7 +175,8 @@ START_TEST(hit_until_changed)
 	char *buf;
 
 	fixture_open(&f, "bpf", 0);
-	buf = how == CH_REMOVE || how == CH_PUNCH_HOLE ? map_memfd(len, &fd) : map_at(NULL, len);
+	buf = how == CH_REMOVE || how == CH_PUNCH_HOLE ? map_memfd(len, &fd)
+							: map_filled_at(NULL, len, 7);
 	get_put(&f, buf, len);
 	get_put(&f, buf + page, page);	/* a hit */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
@@ -207,13 +201,13 @@ START_TEST(unrelated_changes_keep_hits)
 	char *buf, *other;
 
 	fixture_open(&f, "bpf", 0);
-	buf = map_at(NULL, len);
-	other = map_at(NULL, len);
+	buf = map_filled_at(NULL, len, 7);
+	other = map_filled_at(NULL, len, 7);
 	get_put(&f, buf, len);
 	ck_assert_int_eq(mprotect(buf, len, PROT_READ), 0);
 	ck_assert_int_eq(mprotect(buf, len, PROT_READ | PROT_WRITE), 0);
 	munmap(other, len);
-	ck_assert_int_eq(syscall(SYS_munmap, map_at(NULL, len), len), 0);
+	ck_assert_int_eq(syscall(SYS_munmap, map_filled_at(NULL, len, 7), len), 0);
 	ck_assert_int_eq(madvise(buf, len, MADV_WILLNEED), 0);
 	get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
@@ -223,82 +217,15 @@ START_TEST(unrelated_changes_keep_hits)
 }
 END_TEST
 
-static atomic_long heard;
-static void on_event(void *arg, const void *addr, size_t len)
-{
-	(void)arg;
-	(void)addr;
-	(void)len;
-	atomic_fetch_add(&heard, 1);
-}
-
 START_TEST(changes_reach_index_and_subscribers)
 {
-	struct fixture f;
-	char *buf;
-
-	fixture_open(&f, "bpf", 0);
-	ck_assert_int_eq(vmt_subscribe(f.cache, on_event, NULL), 0);
-	buf = map_at(NULL, 4 * page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_uint_eq(stats_of(f.cache).entries, 1);
-	munmap(buf + page, page);
-	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* the poll reads the changed word */
-	ck_assert_uint_eq(stats_of(f.cache).entries, 0);
-	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
-	ck_assert_int_ge(atomic_load(&heard), 1);
-	ck_assert_int_eq(vmt_unsubscribe(f.cache, on_event, NULL), 0);
-	munmap(buf, 4 * page);
-	fixture_close(&f);
+	check_changes_reach_index_and_subscribers("bpf", HEARD_THE_CACHED_RANGE);
 }
 END_TEST
 
 START_TEST(fork_child_tracks_itself)
 {
-	struct fixture f;
-	char *buf;
-	pid_t pid;
-	int st;
-
-	fixture_open(&f, "bpf", 0);
-	buf = map_at(NULL, 4 * page);
-	get_put(&f, buf, 4 * page);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct fake_device mine;
-		struct vmt_device *d;
-		struct vmt_reg *r;
-
-		fake_init(&mine, 0);
-		if (vmt_device_attach(f.cache, &mine.ops, &mine, &d))
-			_exit(10);
-		if (strcmp(vmt_cache_tracker(f.cache), "bpf"))
-			_exit(11);
-		if (vmt_get(d, buf, 4 * page, VMT_ACCESS_READ, &r))
-			_exit(12);
-		vmt_put(r);
-		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || atomic_load(&mine.regs) != 1)
-			_exit(13);	/* the child caches too */
-		vmt_put(r);
-		munmap(buf, 4 * page);	/* the child's change, seen by the child's maps */
-		map_at(buf, 4 * page);
-		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || atomic_load(&mine.regs) != 2)
-			_exit(14);
-		vmt_put(r);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
-	get_put(&f, buf, 4 * page);	/* the child's munmap was not the parent's */
-	ck_assert_int_eq(atomic_load(&f.fake.regs), 1);
-	munmap(buf, 4 * page);
-	map_at(buf, 4 * page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
-	munmap(buf, 4 * page);
-	fixture_close(&f);
+	check_fork_child_tracks_itself("bpf");
 }
 END_TEST
 
@@ -311,7 +238,7 @@ START_TEST(limit_serves_uncached)
 	int i;
 
 	fixture_open(&f, "bpf", 0);
-	buf = map_at(NULL, 2 * N * page);
+	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
 		get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_le(stats_of(f.cache).entries, 512);
@@ -390,7 +317,7 @@ static void racers_start(struct racer *rc, struct serial_dev *sd, struct vmt_cac
 	device_ops_init(&ops, "serial", serial_reg, serial_dereg, 0);
 	ck_assert_int_eq(vmt_device_attach(*c, &ops, sd, &rc->dev), 0);
 	rc->len = 4 * page;
-	rc->buf = map_at(NULL, rc->len);
+	rc->buf = map_filled_at(NULL, rc->len, 7);
 	for (i = 0; i < 2; i++)
 		ck_assert_int_eq(pthread_create(&th[i], NULL, register_loop, rc), 0);
 }
@@ -507,7 +434,7 @@ static void served_again(struct fixture *f, char *buf, const char *when)
 	ck_assert_msg(cached_again(f, buf, 4 * page), "not cached again %s", when);
 	regs = stats_of(f->cache).registrations;
 	munmap(buf, page);
-	map_at(buf, page);
+	map_filled_at(buf, page, 7);
 	get_put(f, buf, 4 * page);
 	ck_assert_msg(stats_of(f->cache).registrations == regs + 1, "a change %s not seen", when);
 }
@@ -517,7 +444,7 @@ static void served_again(struct fixture *f, char *buf, const char *when)
 START_TEST(daemon_restart_is_a_change)
 {
 	struct fixture f;
-	char *buf = map_at(NULL, 4 * page);
+	char *buf = map_filled_at(NULL, 4 * page, 7);
 	struct vmt_stats s;
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_RESTART");
@@ -535,7 +462,7 @@ END_TEST
 START_TEST(daemon_stop_falls_back_until_back)
 {
 	struct fixture f;
-	char *buf = map_at(NULL, 4 * page);
+	char *buf = map_filled_at(NULL, 4 * page, 7);
 	struct vmt_stats s;
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_STOP");
@@ -607,13 +534,13 @@ END_TEST
 START_TEST(daemon_crash_keeps_tracking)
 {
 	struct fixture f;
-	char *buf = map_at(NULL, 4 * page);
+	char *buf = map_filled_at(NULL, 4 * page, 7);
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_CRASH");
 	get_put(&f, buf, 4 * page);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);	/* still tracked: a hit */
 	munmap(buf, page);
-	map_at(buf, page);
+	map_filled_at(buf, page, 7);
 	get_put(&f, buf, 4 * page);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);	/* the change was seen */
 	run_daemon_cmd("VMT_BPF_START");
@@ -656,7 +583,7 @@ START_TEST(silent_daemon_is_bounded)
 	struct vmt_cache_opts cfg;
 	struct vmt_cache *c = NULL;
 	struct fixture f;
-	char *buf = map_at(NULL, 4 * page);
+	char *buf = map_filled_at(NULL, 4 * page, 7);
 	double t0, first, second;
 	int ls, rc;
 

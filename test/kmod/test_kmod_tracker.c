@@ -18,15 +18,8 @@
 
 #include <vmtrack.h>
 
+#include "../lib/kernel_tracker_cases.h"
 #include "../lib/vmt_test.h"
-
-static char *map_at(void *addr, size_t len)
-{
-	char *p = map_anon_at(addr, len);
-
-	memset(p, 7, len);
-	return p;
-}
 
 /* get + put; returns the registration's handle (the fake's record) */
 static void *get_put(struct fixture *f, void *addr, size_t len)
@@ -46,7 +39,7 @@ START_TEST(change_log_answers_for_any_change)
 {
 	struct fixture f;
 	size_t len = 4 * 4096;
-	char *a = map_at(NULL, len), *b = map_at(NULL, len);
+	char *a = map_filled_at(NULL, len, 7), *b = map_filled_at(NULL, len, 7);
 	uint64_t mark, second;
 	char report[4096];
 
@@ -94,7 +87,7 @@ START_TEST(hit_until_changed)
 	void *h1, *h2;
 
 	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, len);
+	buf = map_filled_at(NULL, len, 7);
 	h1 = get_put(&f, buf, len);
 	ck_assert_ptr_eq(get_put(&f, buf + page, page), h1);	/* a hit */
 	s = stats_of(f.cache);
@@ -103,11 +96,11 @@ START_TEST(hit_until_changed)
 	switch (how) {
 	case 0:
 		munmap(buf, len);
-		map_at(buf, len);
+		map_filled_at(buf, len, 7);
 		break;
 	case 1:
 		ck_assert_int_eq(syscall(SYS_munmap, buf, len), 0);
-		map_at(buf, len);
+		map_filled_at(buf, len, 7);
 		break;
 	case 2:
 		ck_assert_int_eq(madvise(buf + page, page, MADV_DONTNEED), 0);
@@ -138,7 +131,7 @@ START_TEST(unmapped_is_efault)
 	char *buf;
 
 	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, 2 * page);
+	buf = map_filled_at(NULL, 2 * page, 7);
 	get_put(&f, buf, 2 * page);
 	munmap(buf, 2 * page);
 	ck_assert_int_eq(vmt_get(f.dev, buf, 2 * page, VMT_ACCESS_READ, &r), -EFAULT);
@@ -157,7 +150,7 @@ START_TEST(unmapped_while_parked_is_efault)
 	char *buf;
 
 	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, 3 * len);
+	buf = map_filled_at(NULL, 3 * len, 7);
 	get_put(&f, buf, len);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* its watch is parked */
 	munmap(buf, len);
@@ -183,7 +176,7 @@ START_TEST(mprotect_keeps_hits)
 	void *h;
 
 	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, 4 * page);
+	buf = map_filled_at(NULL, 4 * page, 7);
 	h = get_put(&f, buf, 4 * page);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ), 0);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ | PROT_WRITE), 0);
@@ -194,93 +187,15 @@ START_TEST(mprotect_keeps_hits)
 }
 END_TEST
 
-static atomic_long heard;
-static atomic_uintptr_t heard_addr;
-static void on_event(void *arg, const void *addr, size_t len)
-{
-	(void)arg;
-	(void)len;
-	atomic_fetch_add(&heard, 1);
-	atomic_store(&heard_addr, (uintptr_t)addr);
-}
-
 START_TEST(events_reach_index_and_subscribers)
 {
-	struct fixture f;
-	char *buf;
-	struct vmt_stats s;
-
-	fixture_open(&f, "kmod", 0);
-	ck_assert_int_eq(vmt_subscribe(f.cache, on_event, NULL), 0);
-	buf = map_at(NULL, 4 * page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_uint_eq(stats_of(f.cache).entries, 1);
-	munmap(buf + page, page);
-	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* drains the event */
-	s = stats_of(f.cache);
-	ck_assert_uint_eq(s.entries, 0);
-	ck_assert_uint_ge(s.invalidations, 1);
-	ck_assert_int_eq(atomic_load(&f.fake.live), 0);
-	ck_assert_int_ge(atomic_load(&heard), 1);
-	ck_assert_uint_eq(atomic_load(&heard_addr), (uintptr_t)buf + page);
-	ck_assert_int_eq(vmt_unsubscribe(f.cache, on_event, NULL), 0);
-	munmap(buf, 4 * page);
-	fixture_close(&f);
+	check_changes_reach_index_and_subscribers("kmod", HEARD_THE_CHANGE);
 }
 END_TEST
 
 START_TEST(fork_child_tracks_itself)
 {
-	struct fixture f;
-	char *buf;
-	void *h;
-	pid_t pid;
-	int st;
-
-	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, 4 * page);
-	h = get_put(&f, buf, 4 * page);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct fake_device mine;
-		struct vmt_device *d;
-		struct vmt_reg *r;
-		void *c1;
-
-		fake_init(&mine, 0);
-		if (vmt_device_attach(f.cache, &mine.ops, &mine, &d))
-			_exit(10);
-		if (strcmp(vmt_cache_tracker(f.cache), "kmod"))
-			_exit(11);
-		if (vmt_get(d, buf, 4 * page, VMT_ACCESS_READ, &r))
-			_exit(12);
-		c1 = vmt_reg_handle(r);
-		vmt_put(r);
-		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || vmt_reg_handle(r) != c1)
-			_exit(13);	/* the child caches too */
-		vmt_put(r);
-		if (atomic_load(&mine.regs) != 1)
-			_exit(15);
-		munmap(buf, 4 * page);	/* the child's change, seen by the child's file */
-		map_at(buf, 4 * page);
-		if (vmt_get(d, buf, page, VMT_ACCESS_READ, &r) || atomic_load(&mine.regs) != 2)
-			_exit(14);
-		vmt_put(r);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
-	/* the child's munmap was not the parent's: still a hit */
-	ck_assert_ptr_eq(get_put(&f, buf, 4 * page), h);
-	ck_assert_int_eq(atomic_load(&f.fake.regs), 1);
-	munmap(buf, 4 * page);
-	map_at(buf, 4 * page);
-	get_put(&f, buf, 4 * page);
-	ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
-	munmap(buf, 4 * page);
-	fixture_close(&f);
+	check_fork_child_tracks_itself("kmod");
 }
 END_TEST
 
@@ -319,7 +234,7 @@ START_TEST(overflow_drops_everything)
 	}
 	fixture_open(&f, "kmod", 0);
 	set_param("max_events", old, &old);
-	buf = map_at(NULL, 2 * N * page);
+	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
 		get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_eq(stats_of(f.cache).entries, N);
@@ -347,7 +262,7 @@ START_TEST(limit_serves_uncached)
 	}
 	fixture_open(&f, "kmod", 0);
 	set_param("max_watches", old, &old);
-	buf = map_at(NULL, 2 * N * page);
+	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
 		get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_le(stats_of(f.cache).entries, 4);
@@ -379,7 +294,7 @@ START_TEST(a_range_registered_again_reuses_its_watch)
 	char *buf;
 
 	fixture_open(&f, "kmod", 0);
-	buf = map_at(NULL, len);
+	buf = map_filled_at(NULL, len, 7);
 	get_put(&f, buf, len);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* deregistered: its watch is parked */
 	ck_assert_uint_eq(watches_reused(&f), 0);
@@ -389,13 +304,13 @@ START_TEST(a_range_registered_again_reuses_its_watch)
 	get_put(&f, buf, len);				/* a hit under the reused watch */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);
 	munmap(buf, len);				/* the reused watch still catches a change */
-	map_at(buf, len);
+	map_filled_at(buf, len, 7);
 	get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
 
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* parked again... */
 	munmap(buf, len);				/* ...and changed while parked */
-	map_at(buf, len);
+	map_filled_at(buf, len, 7);
 	get_put(&f, buf, len);
 	ck_assert_uint_eq(watches_reused(&f), 1);	/* a fresh watch, not the fired one */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 4);

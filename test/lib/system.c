@@ -37,11 +37,16 @@ void *map_anon(size_t len)
     return map_anon_at(NULL, len);
 }
 
-void *map_filled(size_t len, int byte)
+void *map_filled_at(void *addr, size_t len, int byte)
 {
-    void *p = map_anon(len);
+    void *p = map_anon_at(addr, len);
     memset(p, byte, len);
     return p;
+}
+
+void *map_filled(size_t len, int byte)
+{
+    return map_filled_at(NULL, len, byte);
 }
 
 static double clock_ns(clockid_t which)

@@ -91,6 +91,7 @@ void *map_anon_at(void *addr, size_t len);
 void *map_anon(size_t len);
 /* ... with every byte set to `byte` (so every page is present). */
 void *map_filled(size_t len, int byte);
+void *map_filled_at(void *addr, size_t len, int byte);
 
 /* Monotonic wall time, and the CPU time of the calling thread (what a measurement on a shared
  * machine should use), in nanoseconds. */
