@@ -15,20 +15,7 @@
 #include <mpi.h>
 
 #include "vmtrack.h"
-
-static void fill(uint64_t *p, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull);
-}
-
-static size_t bad_words(const uint64_t *p, size_t n, uint64_t seed)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += p[i] != ((seed << 40) ^ (i * 0x9E3779B97F4A7C15ull));
-    return bad;
-}
+#include "word_pattern.h"
 
 int main(int argc, char **argv)
 {

@@ -27,6 +27,7 @@
 #include "opal/mca/rcache/rcache.h"
 
 #include "vmtrack.h"
+#include "word_pattern.h"
 
 struct vreg {
     mca_rcache_base_registration_t base;
@@ -55,20 +56,6 @@ static int verbs_deregister(void *pd, mca_rcache_base_registration_t *reg)
     (void) pd;
     n_dereg++;
     return ibv_dereg_mr(((struct vreg *) reg)->mr) ? OPAL_ERROR : OPAL_SUCCESS;
-}
-
-static void fill(uint64_t *p, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (seed << 40) ^ (i * 0x9E3779B97F4A7C15ull);
-}
-
-static size_t bad_words(const uint64_t *p, size_t n, uint64_t seed)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += p[i] != ((seed << 40) ^ (i * 0x9E3779B97F4A7C15ull));
-    return bad;
 }
 
 struct peer {

@@ -52,7 +52,7 @@ TESTS += test/ompi/scenarios_patcher.sh
 
 # The MPI job for mpirun -np 2 through a real BTL (test/ompi/mpirun_rxe.sh, in the guest rig).
 check_PROGRAMS += test/ompi/mpi_rdma_check
-test_ompi_mpi_rdma_check_SOURCES = test/ompi/mpi_rdma_check.c
+test_ompi_mpi_rdma_check_SOURCES = test/ompi/mpi_rdma_check.c test/ompi/word_pattern.h
 test_ompi_mpi_rdma_check_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(OMPI_PREFIX_INC)
 test_ompi_mpi_rdma_check_LDADD = libvmtrack.la $(OMPI_LIBS)
 test_ompi_mpi_rdma_check_LDFLAGS = $(OMPI_TEST_LDOPTS)
@@ -86,7 +86,7 @@ TESTS += test/ompi/mpirun_rxe.sh
 # mpirun -np 2 with RDMA WRITEs over verbs (rxe0) registered through the framework's vmtrack
 # module: run by mpirun_rxe.sh in the guest where openib cannot connect over RoCE.
 check_PROGRAMS += test/ompi/mpi_verbs_rdma
-test_ompi_mpi_verbs_rdma_SOURCES = test/ompi/mpi_verbs_rdma.c
+test_ompi_mpi_verbs_rdma_SOURCES = test/ompi/mpi_verbs_rdma.c test/ompi/word_pattern.h
 test_ompi_mpi_verbs_rdma_CPPFLAGS = $(OMPI_TEST_CPPFLAGS) $(IBVERBS_CFLAGS)
 test_ompi_mpi_verbs_rdma_LDADD = libvmtrack.la $(OMPI_LIBS) $(OMPI_PAL_LIBS) $(IBVERBS_LIBS)
 test_ompi_mpi_verbs_rdma_LDFLAGS = $(OMPI_TEST_LDOPTS)
