@@ -44,15 +44,6 @@ static char *map_memfd(size_t len, int *fd)
 	return p;
 }
 
-static void get_put(struct fixture *f, void *addr, size_t len)
-{
-	struct vmt_reg *r;
-	int rc = vmt_get(f->dev, addr, len, VMT_ACCESS_READ, &r);
-
-	ck_assert_msg(rc == 0, "vmt_get: %s", strerror(-rc));
-	vmt_put(r);
-}
-
 START_TEST(report_names_bpf)
 {
 	struct fixture f;
@@ -177,11 +168,11 @@ START_TEST(hit_until_changed)
 	fixture_open(&f, "bpf", 0);
 	buf = how == CH_REMOVE || how == CH_PUNCH_HOLE ? map_memfd(len, &fd)
 							: map_filled_at(NULL, len, 7);
-	get_put(&f, buf, len);
-	get_put(&f, buf + page, page);	/* a hit */
+	fixture_get_put(&f, buf, len);
+	fixture_get_put(&f, buf + page, page);	/* a hit */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
 	apply(how, buf, len, fd);
-	get_put(&f, buf, how == CH_MREMAP_SHRINK ? len - page : len);
+	fixture_get_put(&f, buf, how == CH_MREMAP_SHRINK ? len - page : len);
 	ck_assert_msg(stats_of(f.cache).registrations == 2, "%s: still a hit (registrations %llu)",
 		      change_name[how], (unsigned long long)stats_of(f.cache).registrations);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);
@@ -203,13 +194,13 @@ START_TEST(unrelated_changes_keep_hits)
 	fixture_open(&f, "bpf", 0);
 	buf = map_filled_at(NULL, len, 7);
 	other = map_filled_at(NULL, len, 7);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_int_eq(mprotect(buf, len, PROT_READ), 0);
 	ck_assert_int_eq(mprotect(buf, len, PROT_READ | PROT_WRITE), 0);
 	munmap(other, len);
 	ck_assert_int_eq(syscall(SYS_munmap, map_filled_at(NULL, len, 7), len), 0);
 	ck_assert_int_eq(madvise(buf, len, MADV_WILLNEED), 0);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
 	ck_assert_uint_eq(stats_of(f.cache).invalidations, 0);
 	munmap(buf, len);
@@ -240,7 +231,7 @@ START_TEST(limit_serves_uncached)
 	fixture_open(&f, "bpf", 0);
 	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
-		get_put(&f, buf + 2 * i * page, page);
+		fixture_get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_le(stats_of(f.cache).entries, 512);
 	ck_assert_uint_ge(stats_of(f.cache).uncached, N - 512);
 	munmap(buf, 2 * N * page);
@@ -402,7 +393,7 @@ static void run_daemon_cmd(const char *var)
 static void cached_then_daemon_cmd(struct fixture *f, char *buf, const char *var)
 {
 	fixture_open(f, "bpf", 0);
-	get_put(f, buf, 4 * page);
+	fixture_get_put(f, buf, 4 * page);
 	run_daemon_cmd(var);
 }
 
@@ -415,9 +406,9 @@ static int cached_again(struct fixture *f, char *buf, size_t len)
 	for (i = 0; i < 100; i++) {
 		uint64_t before;
 
-		get_put(f, buf, len);
+		fixture_get_put(f, buf, len);
 		before = stats_of(f->cache).registrations;
-		get_put(f, buf, len);
+		fixture_get_put(f, buf, len);
 		if (stats_of(f->cache).registrations == before)
 			return 1;
 		usleep(100 * 1000);
@@ -435,7 +426,7 @@ static void served_again(struct fixture *f, char *buf, const char *when)
 	regs = stats_of(f->cache).registrations;
 	munmap(buf, page);
 	map_filled_at(buf, page, 7);
-	get_put(f, buf, 4 * page);
+	fixture_get_put(f, buf, 4 * page);
 	ck_assert_msg(stats_of(f->cache).registrations == regs + 1, "a change %s not seen", when);
 }
 
@@ -448,7 +439,7 @@ START_TEST(daemon_restart_is_a_change)
 	struct vmt_stats s;
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_RESTART");
-	get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
 	s = stats_of(f.cache);
 	ck_assert_msg(s.registrations == 2, "a hit after the daemon restarted");
 	served_again(&f, buf, "after the restart");
@@ -466,8 +457,8 @@ START_TEST(daemon_stop_falls_back_until_back)
 	struct vmt_stats s;
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_STOP");
-	get_put(&f, buf, 4 * page);
-	get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
 	s = stats_of(f.cache);
 	ck_assert_msg(s.registrations == 3, "a hit with no daemon (%llu registrations)",
 		      (unsigned long long)s.registrations);
@@ -537,14 +528,14 @@ START_TEST(daemon_crash_keeps_tracking)
 	char *buf = map_filled_at(NULL, 4 * page, 7);
 
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_CRASH");
-	get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);	/* still tracked: a hit */
 	munmap(buf, page);
 	map_filled_at(buf, page, 7);
-	get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);	/* the change was seen */
 	run_daemon_cmd("VMT_BPF_START");
-	get_put(&f, buf, 4 * page);	/* the new daemon let this process go */
+	fixture_get_put(&f, buf, 4 * page);	/* the new daemon let this process go */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
 	served_again(&f, buf, "after the crash");
 	fixture_close(&f);
@@ -590,10 +581,10 @@ START_TEST(silent_daemon_is_bounded)
 	cached_then_daemon_cmd(&f, buf, "VMT_BPF_STOP");
 	ls = silent_daemon();
 	t0 = now_s();
-	get_put(&f, buf, 4 * page);	/* let go: its reconnect waits for the silent daemon */
+	fixture_get_put(&f, buf, 4 * page);	/* let go: its reconnect waits for the silent daemon */
 	first = now_s() - t0;
 	t0 = now_s();
-	get_put(&f, buf, 4 * page);
+	fixture_get_put(&f, buf, 4 * page);
 	second = now_s() - t0;
 	printf("silent_daemon_is_bounded: the first miss waited %.1f s, the next %.3f s\n", first,
 	       second);

@@ -21,18 +21,6 @@
 #include "../lib/kernel_tracker_cases.h"
 #include "../lib/vmt_test.h"
 
-/* get + put; returns the registration's handle (the fake's record) */
-static void *get_put(struct fixture *f, void *addr, size_t len)
-{
-	struct vmt_reg *r;
-	void *h;
-
-	ck_assert_int_eq(vmt_get(f->dev, addr, len, VMT_ACCESS_READ, &r), 0);
-	h = vmt_reg_handle(r);
-	vmt_put(r);
-	return h;
-}
-
 /* libfabric's monitor's question: pages pinned after a mark, watched by a vmt_get, unchanged
  * since the mark? The module's log answers it for any change, raw system calls included. */
 START_TEST(change_log_answers_for_any_change)
@@ -46,7 +34,7 @@ START_TEST(change_log_answers_for_any_change)
 	fixture_open(&f, "kmod", 0);
 	ck_assert_int_eq(vmt_changes_mark(f.cache, &mark), 0);
 	ck_assert_uint_ne(mark, 0);
-	get_put(&f, a, len);
+	fixture_get_put(&f, a, len);
 	ck_assert_int_eq(vmt_changed_since(f.cache, mark, a, len), 0);
 	ck_assert_int_eq(syscall(SYS_munmap, b, len), 0);
 	ck_assert_int_eq(vmt_changed_since(f.cache, mark, b, len), 1);
@@ -88,8 +76,8 @@ START_TEST(hit_until_changed)
 
 	fixture_open(&f, "kmod", 0);
 	buf = map_filled_at(NULL, len, 7);
-	h1 = get_put(&f, buf, len);
-	ck_assert_ptr_eq(get_put(&f, buf + page, page), h1);	/* a hit */
+	h1 = fixture_get_put(&f, buf, len);
+	ck_assert_ptr_eq(fixture_get_put(&f, buf + page, page), h1);	/* a hit */
 	s = stats_of(f.cache);
 	ck_assert_uint_eq(s.registrations, 1);
 	ck_assert_uint_ge(s.hits, 1);
@@ -112,7 +100,7 @@ START_TEST(hit_until_changed)
 	}
 	/* no event drained yet: the word alone must make this a miss (a new registration;
 	 * the fake's record may reuse the old one's address, so count instead) */
-	h2 = get_put(&f, buf, len);
+	h2 = fixture_get_put(&f, buf, len);
 	(void)h2;
 	s = stats_of(f.cache);
 	ck_assert_uint_eq(s.registrations, 2);
@@ -132,7 +120,7 @@ START_TEST(unmapped_is_efault)
 
 	fixture_open(&f, "kmod", 0);
 	buf = map_filled_at(NULL, 2 * page, 7);
-	get_put(&f, buf, 2 * page);
+	fixture_get_put(&f, buf, 2 * page);
 	munmap(buf, 2 * page);
 	ck_assert_int_eq(vmt_get(f.dev, buf, 2 * page, VMT_ACCESS_READ, &r), -EFAULT);
 	fixture_close(&f);
@@ -151,13 +139,13 @@ START_TEST(unmapped_while_parked_is_efault)
 
 	fixture_open(&f, "kmod", 0);
 	buf = map_filled_at(NULL, 3 * len, 7);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* its watch is parked */
 	munmap(buf, len);
 	ck_assert_int_eq(vmt_get(f.dev, buf, len, VMT_ACCESS_READ, &r), -EFAULT);
 	/* a cached neighbour unmapped: a request touching it merges with nothing that is gone,
 	 * and one reaching into the hole is refused */
-	get_put(&f, buf + 2 * len, len);
+	fixture_get_put(&f, buf + 2 * len, len);
 	munmap(buf + 2 * len, len);
 	ck_assert_int_eq(vmt_get(f.dev, buf + len, len, VMT_ACCESS_READ, &r), 0);
 	vmt_put(r);
@@ -177,10 +165,10 @@ START_TEST(mprotect_keeps_hits)
 
 	fixture_open(&f, "kmod", 0);
 	buf = map_filled_at(NULL, 4 * page, 7);
-	h = get_put(&f, buf, 4 * page);
+	h = fixture_get_put(&f, buf, 4 * page);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ), 0);
 	ck_assert_int_eq(mprotect(buf, 4 * page, PROT_READ | PROT_WRITE), 0);
-	ck_assert_ptr_eq(get_put(&f, buf, 4 * page), h);
+	ck_assert_ptr_eq(fixture_get_put(&f, buf, 4 * page), h);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 1);
 	munmap(buf, 4 * page);
 	fixture_close(&f);
@@ -236,7 +224,7 @@ START_TEST(overflow_drops_everything)
 	set_param("max_events", old, &old);
 	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
-		get_put(&f, buf + 2 * i * page, page);
+		fixture_get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_eq(stats_of(f.cache).entries, N);
 	for (i = 0; i < N; i++)
 		munmap(buf + 2 * i * page, page);
@@ -264,7 +252,7 @@ START_TEST(limit_serves_uncached)
 	set_param("max_watches", old, &old);
 	buf = map_filled_at(NULL, 2 * N * page, 7);
 	for (i = 0; i < N; i++)	/* every other page: no merging */
-		get_put(&f, buf + 2 * i * page, page);
+		fixture_get_put(&f, buf + 2 * i * page, page);
 	ck_assert_uint_le(stats_of(f.cache).entries, 4);
 	ck_assert_uint_ge(stats_of(f.cache).uncached, N - 4);
 	munmap(buf, 2 * N * page);
@@ -295,29 +283,29 @@ START_TEST(a_range_registered_again_reuses_its_watch)
 
 	fixture_open(&f, "kmod", 0);
 	buf = map_filled_at(NULL, len, 7);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* deregistered: its watch is parked */
 	ck_assert_uint_eq(watches_reused(&f), 0);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(watches_reused(&f), 1);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);
-	get_put(&f, buf, len);				/* a hit under the reused watch */
+	fixture_get_put(&f, buf, len);				/* a hit under the reused watch */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 2);
 	munmap(buf, len);				/* the reused watch still catches a change */
 	map_filled_at(buf, len, 7);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 3);
 
 	ck_assert_int_eq(vmt_flush(f.cache), 0);	/* parked again... */
 	munmap(buf, len);				/* ...and changed while parked */
 	map_filled_at(buf, len, 7);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(watches_reused(&f), 1);	/* a fresh watch, not the fired one */
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 4);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 4);
 	ck_assert_int_eq(madvise(buf, page, MADV_DONTNEED), 0);
-	get_put(&f, buf, len);
+	fixture_get_put(&f, buf, len);
 	ck_assert_uint_eq(stats_of(f.cache).registrations, 5);
 	ck_assert_int_eq(vmt_flush(f.cache), 0);
 	ck_assert_int_eq(atomic_load(&f.fake.live), 0);

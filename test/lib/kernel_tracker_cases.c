@@ -16,15 +16,6 @@
 
 #include "vmt_test.h"
 
-/* get + put through the fixture's device; the registration's handle (the fake's record) */
-static void *get_put(struct fixture *f, void *addr, size_t len)
-{
-    struct vmt_reg *r = get_ok(f->dev, addr, len, VMT_ACCESS_READ);
-    void *h = vmt_reg_handle(r);
-    vmt_put(r);
-    return h;
-}
-
 static atomic_long heard;
 static atomic_uintptr_t heard_addr;
 static atomic_size_t heard_len;
@@ -44,7 +35,7 @@ void check_changes_reach_index_and_subscribers(const char *tracker, enum heard_r
     atomic_store(&heard, 0);
     ck_assert_int_eq(vmt_subscribe(f.cache, on_event, NULL), 0);
     char *buf = map_filled(4 * page, 7);
-    get_put(&f, buf, 4 * page);
+    fixture_get_put(&f, buf, 4 * page);
     ck_assert_uint_eq(stats_of(f.cache).entries, 1);
     munmap(buf + page, page);
     ck_assert_int_eq(vmt_flush(f.cache), 0);  /* the tracker's news reaches the index */
@@ -104,7 +95,7 @@ void check_fork_child_tracks_itself(const char *tracker)
     struct fixture f;
     fixture_open(&f, tracker, 0);
     char *buf = map_filled(4 * page, 7);
-    void *h = get_put(&f, buf, 4 * page);
+    void *h = fixture_get_put(&f, buf, 4 * page);
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -114,11 +105,11 @@ void check_fork_child_tracks_itself(const char *tracker)
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
     /* the child's munmap was not the parent's: still a hit */
-    ck_assert_ptr_eq(get_put(&f, buf, 4 * page), h);
+    ck_assert_ptr_eq(fixture_get_put(&f, buf, 4 * page), h);
     ck_assert_int_eq(atomic_load(&f.fake.regs), 1);
     munmap(buf, 4 * page);
     map_filled_at(buf, 4 * page, 7);
-    get_put(&f, buf, 4 * page);
+    fixture_get_put(&f, buf, 4 * page);
     ck_assert_int_eq(atomic_load(&f.fake.regs), 2);
     munmap(buf, 4 * page);
     fixture_close(&f);

@@ -168,6 +168,14 @@ struct vmt_reg *get_ok(struct vmt_device *dev, const void *addr, size_t len, uns
     return r;
 }
 
+void *fixture_get_put(struct fixture *fx, const void *addr, size_t len)
+{
+    struct vmt_reg *r = get_ok(fx->dev, addr, len, VMT_ACCESS_READ);
+    void *h = vmt_reg_handle(r);
+    vmt_put(r);
+    return h;
+}
+
 /* ---- what is available here ------------------------------------------------------------- */
 
 /* The errors of vmt_cache_create that mean "this tracker cannot run here" (-EBUSY: another

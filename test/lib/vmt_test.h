@@ -83,6 +83,10 @@ struct vmt_stats stats_of(struct vmt_cache *c);
 /* vmt_get, asserting it worked; returns the registration. */
 struct vmt_reg *get_ok(struct vmt_device *dev, const void *addr, size_t len, unsigned access);
 
+/* A read get and its put through the fixture's device, asserting the get worked; returns the
+ * registration's handle (the fake's record: equal handles, the same registration). */
+void *fixture_get_put(struct fixture *fx, const void *addr, size_t len);
+
 /* ---- memory, time, processes ------------------------------------------------------------- */
 
 /* A private anonymous read-write mapping of `len` bytes, asserting mmap worked; pages not yet
