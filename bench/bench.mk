@@ -17,7 +17,7 @@ endif
 
 # vmt_get's memo hit against a model of the least a memo hit does: ./bench/hit_model [HITS]
 check_PROGRAMS += bench/hit_model
-bench_hit_model_SOURCES = bench/hit_model.cc bench/bench_util.h
+bench_hit_model_SOURCES = bench/hit_model.cc bench/bench_util.h bench/null_device.h
 bench_hit_model_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/bench
 bench_hit_model_LDADD = libvmtrack.la
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "null_device.h"
+
 // The UCX the comparison rows name: the one built against (configure).
 #ifdef VMT_UCX_VERSION
 #define VMT_BENCH_UCX "UCX " VMT_UCX_VERSION
@@ -42,12 +44,8 @@ inline std::string fmt(double v, int prec = 1)
 inline std::string verdict(bool met) { return met ? "met" : "NOT MET"; }
 
 // The null device: registers nothing, so that what is measured is the cache.
-inline int null_reg(void *, void *addr, size_t, unsigned, void **handle)
-{
-    *handle = addr;
-    return 0;
-}
-inline void null_dereg(void *, void *) {}
+using ::null_dereg;
+using ::null_reg;
 
 // CPU time of the calling thread: what it ran, without what the hypervisor took.
 inline double thread_cpu_ns()

@@ -18,7 +18,7 @@
 
 #include <vmtrack.h>
 
-#include "lib/null_device.h"
+#include "../bench/null_device.h"
 #include "lib/skip.h"
 
 #ifndef VMT_LIBVMTRACK_PATH

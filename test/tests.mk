@@ -3,12 +3,13 @@
 # test, the skip rule and the test library: test/README.md.
 
 # The test library (test/lib/): the fake device, the cache fixture, stats, mappings, a clock,
-# tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) and
-# test/lib/null_device.h (a device that registers nothing) are header only.
+# tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) is header only.
+# Tests that only load the cache or time it use the bench's device that registers nothing
+# (bench/null_device.h).
 check_LTLIBRARIES += test/lib/libvmttest.la
 test_lib_libvmttest_la_SOURCES = test/lib/vmt_test.c test/lib/system.c test/lib/iouring.c \
 	test/lib/kernel_tracker_cases.c test/lib/kernel_tracker_cases.h \
-	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h test/lib/null_device.h
+	test/lib/vmt_test.h test/lib/check_run.h test/lib/skip.h
 test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
 test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)

@@ -12,9 +12,9 @@ libscenarios_la_LIBADD = libvmtrack.la $(URING_LIBS) -lpthread
 bin_PROGRAMS += vmtrack
 vmtrack_SOURCES = tools/vmtrack.cc tools/commands.h tools/info.cc tools/check.c \
 	bench/bench.cc bench/tracker_bench.cc bench/tracker_bench.h \
-	bench/bench_miss.cc bench/bench_miss.h bench/bench_util.h bench/miss_workloads.c \
-	bench/miss_workloads.h bench/bench_module.cc bench/bench_module.h bench/cpu_model.cc \
-	bench/cpu_model.h
+	bench/bench_miss.cc bench/bench_miss.h bench/bench_util.h bench/null_device.h \
+	bench/miss_workloads.c bench/miss_workloads.h bench/bench_module.cc bench/bench_module.h \
+	bench/cpu_model.cc bench/cpu_model.h
 vmtrack_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools -I$(top_srcdir)/bench $(URING_CFLAGS) $(IBVERBS_CFLAGS) \
 	-DVMT_PKGLIBEXECDIR='"$(pkglibexecdir)"' -DVMT_LIBDIR='"$(libdir)"'
 vmtrack_LDADD = libscenarios.la libvmtrack.la $(URING_LIBS) $(IBVERBS_LIBS) -lpthread -ldl

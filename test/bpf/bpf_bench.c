@@ -13,7 +13,7 @@
 
 #include <vmtrack.h>
 
-#include "../lib/null_device.h"
+#include "../../bench/null_device.h"
 
 struct bench_cache {
 	struct vmt_cache *cache;
