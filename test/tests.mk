@@ -5,7 +5,8 @@
 # The test library (test/lib/): the fake device, the cache fixture, stats, mappings, a clock,
 # tracker availability; test/lib/check_run.h (the runner and VMT_TEST_SKIP) is header only.
 # Tests that only load the cache or time it use the bench's device that registers nothing
-# (bench/null_device.h).
+# (bench/null_device.h). test/lib/stale_rounds.h: the rounds of the MPI stale-page jobs
+# (test/ucx/mpich_stale.c, test/ompi/mpi_ofi_stale.c), which build against MPI, not this library.
 check_LTLIBRARIES += test/lib/libvmttest.la
 test_lib_libvmttest_la_SOURCES = test/lib/vmt_test.c test/lib/system.c test/lib/iouring.c \
 	test/lib/kernel_tracker_cases.c test/lib/kernel_tracker_cases.h \
@@ -14,7 +15,7 @@ test_lib_libvmttest_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS)
 test_lib_libvmttest_la_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_LDADD = test/lib/libvmttest.la libvmtrack.la $(CHECK_LIBS) -lpthread
-EXTRA_DIST += test/README.md
+EXTRA_DIST += test/README.md test/lib/stale_rounds.h
 
 # The core cache against the fake device, one feature per program (test/test_cache_<feature>.c).
 CACHE_TESTS = test/test_cache_lookup test/test_cache_misuse test/test_cache_evict \

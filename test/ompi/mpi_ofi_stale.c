@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -35,10 +34,8 @@
 #include "vmtrack.h"
 #include "vmtrack_ofi.h"
 
-enum change { KEEP, LIBC_REMAP, LIBC_FIXED, RAW_REMAP, RAW_FIXED, N_CHANGES };
-static const char *const change_name[N_CHANGES] = {
-    "keep", "libc munmap+mmap", "libc mmap MAP_FIXED", "raw munmap+mmap", "raw mmap MAP_FIXED",
-};
+#include "../lib/stale_rounds.h"
+
 enum expect { EXPECT_NONE, EXPECT_MONITOR, EXPECT_RCACHE };
 
 struct options {
@@ -46,45 +43,6 @@ struct options {
     size_t len;
     enum expect expect;
 };
-
-static unsigned char pattern(int round, size_t i)
-{
-    /* 53 is odd: a byte and its index name the round it was written in (mod 256) */
-    return (unsigned char)(round * 53 + (int)(i % 251) + 1);
-}
-
-static int round_of(unsigned char byte, size_t i)
-{
-    return (int)((unsigned char)((byte - (int)(i % 251) - 1) * 29));   /* 29 * 53 = 1 mod 256 */
-}
-
-static enum change change_before(const struct options *o, int round)
-{
-    return round == 0 ? KEEP : (enum change)((round - 1) % o->kinds);
-}
-
-/* New pages at the same address; a registration of the old ones keeps them pinned. */
-static int replace_pages(unsigned char *buf, size_t len, enum change how)
-{
-    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
-    void *got = buf;
-    if (how == LIBC_REMAP) {
-        munmap(buf, len);
-        got = mmap(buf, len, prot, flags, -1, 0);
-    } else if (how == LIBC_FIXED) {
-        got = mmap(buf, len, prot, flags | MAP_FIXED, -1, 0);
-    } else if (how == RAW_REMAP) {
-        syscall(SYS_munmap, buf, len);
-        got = (void *)syscall(SYS_mmap, buf, len, prot, flags, -1, 0);
-    } else if (how == RAW_FIXED) {
-        got = (void *)syscall(SYS_mmap, buf, len, prot, flags | MAP_FIXED, -1, 0);
-    }
-    if (got != buf) {
-        fprintf(stderr, "rank 0: %s did not map the same address again\n", change_name[how]);
-        return -1;
-    }
-    return 0;
-}
 
 /* vmtrack's libfabric monitor, if it is in the process (preloaded or imported). */
 static void *ofi_lib(void)
@@ -104,9 +62,8 @@ static int run_sender(const struct options *o)
         witness(buf, o->len);
     int ret = 0;
     for (int r = 0; r < o->rounds && ret == 0; r++) {
-        ret = replace_pages(buf, o->len, change_before(o, r)) ? 2 : 0;
-        for (size_t i = 0; i < o->len; i++)
-            buf[i] = pattern(r, i);
+        ret = replace_pages(buf, o->len, change_before(o->kinds, r)) ? 2 : 0;
+        fill_round(buf, o->len, r);
         int ok = ret == 0;
         /* rank 1 must not wait for a message a failed replacement never sends */
         MPI_Send(&ok, 1, MPI_INT, 1, 2 * r, MPI_COMM_WORLD);
@@ -120,8 +77,8 @@ static int run_sender(const struct options *o)
 /* Rank 1: receives and tallies every round; with an expectation any wrong byte fails. */
 static int run_receiver(const struct options *o)
 {
-    unsigned long long stale[N_CHANGES] = {0}, wrong[N_CHANGES] = {0};
-    unsigned rounds[N_CHANGES] = {0};
+    struct stale_tally t;
+    memset(&t, 0, sizeof(t));
     unsigned char *buf = malloc(o->len);
     if (!buf)
         return 2;
@@ -132,24 +89,12 @@ static int run_receiver(const struct options *o)
             free(buf);
             return 2;
         }
-        for (size_t i = 0; i < o->len; i++)
-            buf[i] = pattern(r + 1, i);   /* bytes nobody sent are "wrong", never "stale" */
+        fill_round(buf, o->len, r + 1);   /* bytes nobody sent are "wrong", never "stale" */
         MPI_Recv(buf, (int)o->len, MPI_BYTE, 0, 2 * r + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        enum change how = change_before(o, r);
-        rounds[how]++;
-        for (size_t i = 0; i < o->len; i++) {
-            if (buf[i] != pattern(r, i))
-                (round_of(buf[i], i) < r ? stale : wrong)[how]++;
-        }
+        tally_round(&t, change_before(o->kinds, r), buf, o->len, r);
     }
     free(buf);
-    int fail = 0;
-    for (int c = 0; c < o->kinds; c++) {
-        printf("rank 1: %-20s %2u rounds: %llu stale bytes, %llu other wrong bytes\n",
-               change_name[c], rounds[c], stale[c], wrong[c]);
-        fail |= stale[c] != 0 || wrong[c] != 0;
-    }
-    return o->expect != EXPECT_NONE && fail;
+    return print_tally(&t, o->kinds) && o->expect != EXPECT_NONE;
 }
 
 /* Rank 0: what the monitor saw; with --expect monitor, a registration of every fresh set of
@@ -250,7 +195,7 @@ int main(int argc, char **argv)
     if (ret == 0 && rank == 0) {
         unsigned long long fresh = 1;   /* the first pages, then one set per change */
         for (int r = 1; r < o.rounds; r++)
-            fresh += change_before(&o, r) != KEEP;
+            fresh += change_before(o.kinds, r) != KEEP;
         ret = monitor_report(&o, fresh) | rcache_report(&o, fresh);
     }
     int worst = 0;

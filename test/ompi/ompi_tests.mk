@@ -95,7 +95,7 @@ EXTRA_test_ompi_mpi_verbs_rdma_DEPENDENCIES = $(OMPI_TEST_DEPS)
 # Open MPI 5, pml ucx over rxe0: do registrations let rank 0 send stale pages? The MPICH job's
 # program (test/ucx/mpich_stale.c: plain MPI), built against Open MPI; run by mpirun_rxe.sh.
 check_PROGRAMS += test/ompi/ompi_stale
-test_ompi_ompi_stale_SOURCES = test/ucx/mpich_stale.c
+test_ompi_ompi_stale_SOURCES = test/ucx/mpich_stale.c test/lib/stale_rounds.h
 test_ompi_ompi_stale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ucx-memtype -isystem $(OMPI_PREFIX_INC)
 test_ompi_ompi_stale_LDADD = $(OMPI_LIBS)
 test_ompi_ompi_stale_LDFLAGS = $(OMPI_TEST_LDOPTS)
@@ -105,7 +105,7 @@ test_ompi_ompi_stale_LDFLAGS = $(OMPI_TEST_LDOPTS)
 OMPI_OFI_VM_DEPS =
 if HAVE_OFI
 check_PROGRAMS += test/ompi/mpi_ofi_stale
-test_ompi_mpi_ofi_stale_SOURCES = test/ompi/mpi_ofi_stale.c
+test_ompi_mpi_ofi_stale_SOURCES = test/ompi/mpi_ofi_stale.c test/lib/stale_rounds.h
 test_ompi_mpi_ofi_stale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/ofi-monitor \
 	-isystem $(OMPI_PREFIX_INC)
 test_ompi_mpi_ofi_stale_LDADD = $(OMPI_LIBS) -ldl

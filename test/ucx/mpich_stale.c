@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -44,18 +43,7 @@
 #include "vmtrack.h"
 #include "vmtrack_ucx.h"
 
-enum change {
-    KEEP,            /* refill in place: the cached registration is still right */
-    LIBC_REMAP,      /* munmap + mmap at the same address through libc */
-    LIBC_FIXED,      /* mmap MAP_FIXED over the buffer through libc */
-    RAW_REMAP,       /* syscall(SYS_munmap) + syscall(SYS_mmap) at the same address */
-    RAW_FIXED,       /* syscall(SYS_mmap, MAP_FIXED) over the buffer */
-    N_CHANGES
-};
-
-static const char *const change_name[N_CHANGES] = {
-    "keep", "libc munmap+mmap", "libc mmap MAP_FIXED", "raw munmap+mmap", "raw mmap MAP_FIXED",
-};
+#include "../lib/stale_rounds.h"
 
 struct options {
     int rounds;
@@ -63,11 +51,6 @@ struct options {
     int expect_vmtrack;
     int expect_cached;
     int kinds;       /* the changes made: the first `kinds` of enum change */
-};
-
-struct tally {
-    unsigned long long stale[N_CHANGES], wrong[N_CHANGES];
-    unsigned rounds[N_CHANGES];
 };
 
 /* Rank 0, with the module: UCT's registrations of the source in the first round and, after
@@ -88,83 +71,6 @@ static long long source_registrations(void)
     return stats && stats(&us) == 0 ? (long long)us.witness_registrations : -1;
 }
 
-static unsigned char pattern(int round, size_t i)
-{
-    /* 53 is odd, so a byte and its index name the round it was written in (mod 256) */
-    return (unsigned char)(round * 53 + (int)(i % 251) + 1);
-}
-
-/* The round (mod 256) whose pattern has this byte at index i. */
-static int round_of(unsigned char byte, size_t i)
-{
-    return (int)((unsigned char)((byte - (int)(i % 251) - 1) * 29));   /* 29 * 53 = 1 mod 256 */
-}
-
-static void fill(unsigned char *p, size_t len, int round)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = pattern(round, i);
-}
-
-static enum change change_before(const struct options *o, int round)
-{
-    return round == 0 ? KEEP : (enum change)((round - 1) % o->kinds);
-}
-
-/* New pages at the same address; the old ones stay pinned by any registration of them. */
-static int replace_pages(unsigned char *buf, size_t len, enum change how)
-{
-    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
-    void *got = buf;
-    switch (how) {
-    case KEEP:
-        return 0;
-    case LIBC_REMAP:
-        munmap(buf, len);
-        got = mmap(buf, len, prot, flags, -1, 0);
-        break;
-    case LIBC_FIXED:
-        got = mmap(buf, len, prot, flags | MAP_FIXED, -1, 0);
-        break;
-    case RAW_REMAP:
-        syscall(SYS_munmap, buf, len);
-        got = (void *)syscall(SYS_mmap, buf, len, prot, flags, -1, 0);
-        break;
-    case RAW_FIXED:
-        got = (void *)syscall(SYS_mmap, buf, len, prot, flags | MAP_FIXED, -1, 0);
-        break;
-    default:
-        return -1;
-    }
-    if (got != buf) {
-        fprintf(stderr, "rank 0: %s did not map the same address again\n", change_name[how]);
-        return -1;
-    }
-    return 0;
-}
-
-static void check_round(const struct options *o, const unsigned char *got, int round,
-                        struct tally *t)
-{
-    enum change how = change_before(o, round);
-    size_t len = o->len;
-    unsigned long long stale = 0, wrong = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (got[i] == pattern(round, i))
-            continue;
-        if (round_of(got[i], i) < round)   /* a byte of pages this buffer had earlier */
-            stale++;
-        else
-            wrong++;
-    }
-    t->stale[how] += stale;
-    t->wrong[how] += wrong;
-    t->rounds[how]++;
-    if (stale || wrong)
-        printf("rank 1: round %d (%s): %llu stale bytes, %llu other wrong bytes of %zu\n",
-               round, change_name[how], stale, wrong, len);
-}
-
 static int run_sender(const struct options *o)
 {
     unsigned char *buf = mmap(NULL, o->len, PROT_READ | PROT_WRITE,
@@ -178,8 +84,8 @@ static int run_sender(const struct options *o)
         witness(buf, o->len);
     int ret = 0;
     for (int r = 0; r < o->rounds && ret == 0; r++) {
-        ret = replace_pages(buf, o->len, change_before(o, r)) ? 2 : 0;
-        fill(buf, o->len, r);
+        ret = replace_pages(buf, o->len, change_before(o->kinds, r)) ? 2 : 0;
+        fill_round(buf, o->len, r);
         int ok = ret == 0;
         /* rank 1 must not wait for a message a failed replacement never sends */
         MPI_Send(&ok, 1, MPI_INT, 1, 2 * r, MPI_COMM_WORLD);
@@ -192,15 +98,15 @@ static int run_sender(const struct options *o)
         if (g_regs.known && r == 0)
             g_regs.first = (unsigned long long)(after - before);
         else if (g_regs.known) {
-            g_regs.regs[change_before(o, r)] += (unsigned long long)(after - before);
-            g_regs.rounds[change_before(o, r)]++;
+            g_regs.regs[change_before(o->kinds, r)] += (unsigned long long)(after - before);
+            g_regs.rounds[change_before(o->kinds, r)]++;
         }
     }
     munmap(buf, o->len);
     return ret;
 }
 
-static int run_receiver(const struct options *o, struct tally *t)
+static int run_receiver(const struct options *o, struct stale_tally *t)
 {
     unsigned char *buf = malloc(o->len);
     if (!buf)
@@ -212,24 +118,18 @@ static int run_receiver(const struct options *o, struct tally *t)
             free(buf);
             return 2;
         }
-        fill(buf, o->len, r + 1);   /* bytes nobody sent are "wrong", never "stale" */
+        fill_round(buf, o->len, r + 1);   /* bytes nobody sent are "wrong", never "stale" */
         MPI_Recv(buf, (int)o->len, MPI_BYTE, 0, 2 * r + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        check_round(o, buf, r, t);
+        tally_round(t, change_before(o->kinds, r), buf, o->len, r);
     }
     free(buf);
     return 0;
 }
 
 /* Rank 1's tally; with --expect-vmtrack any wrong byte fails. */
-static int judge_bytes(const struct options *o, const struct tally *t)
+static int judge_bytes(const struct options *o, const struct stale_tally *t)
 {
-    int fail = 0;
-    for (int c = 0; c < o->kinds; c++) {
-        printf("rank 1: %-20s %2u rounds: %llu stale bytes, %llu other wrong bytes\n",
-               change_name[c], t->rounds[c], t->stale[c], t->wrong[c]);
-        fail |= t->stale[c] != 0 || t->wrong[c] != 0;
-    }
-    return o->expect_vmtrack && fail;
+    return print_tally(t, o->kinds) && o->expect_vmtrack;
 }
 
 static int expect_served(const struct options *o, const struct vmt_stats *vs,
@@ -276,7 +176,7 @@ static int vmtrack_report(const struct options *o)
         return 0;
     unsigned long long changes = 0;
     for (int r = 1; r < o->rounds; r++)
-        changes += change_before(o, r) != KEEP;
+        changes += change_before(o->kinds, r) != KEEP;
     if (!strcmp(ucx_tracker(), "off")) {
         printf("rank 0: FAIL: libvmtrack-ucx is off\n");
         return 1;
@@ -317,14 +217,14 @@ static int expect_fed(const struct options *o, const struct vmt_ucx_stats *us,
     printf("rank 0: UCT registrations of the source per round: first round %llu", g_regs.first);
     for (int c = 0; c < o->kinds; c++)
         if (g_regs.rounds[c])
-            printf(", after %s %.2f (%u rounds)", change_name[c],
+            printf(", after %s %.2f (%u rounds)", change_name((enum change)c),
                    (double)g_regs.regs[c] / g_regs.rounds[c], g_regs.rounds[c]);
     printf("; %.2f per round in all\n", (double)regs / o->rounds);
     for (int c = 1; c < o->kinds; c++)
         if (g_regs.regs[c] < g_regs.rounds[c]) {
             printf("rank 0: FAIL: after %s the source was registered in fewer than its %u "
                    "rounds (the new pages were not registered: zero-copy not proven)\n",
-                   change_name[c], g_regs.rounds[c]);
+                   change_name((enum change)c), g_regs.rounds[c]);
             fail = 1;
         }
     if (o->expect_cached && g_regs.regs[KEEP] != 0) {
@@ -387,7 +287,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    struct tally t;
+    struct stale_tally t;
     memset(&t, 0, sizeof(t));
     int ret = rank == 0 ? run_sender(&o) : run_receiver(&o, &t);
     if (ret == 0 && rank == 1)

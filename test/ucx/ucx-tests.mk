@@ -32,8 +32,8 @@ if UCX_MODULE
 TESTS += test/ucx/mpich_rxe.sh
 if HAVE_MPICH
 MPICH_STALE = test/ucx/mpich_stale$(EXEEXT)
-$(MPICH_STALE): test/ucx/mpich_stale.c include/vmtrack.h ucx-memtype/vmtrack_ucx.h \
-		include/vmtrack/version.h
+$(MPICH_STALE): test/ucx/mpich_stale.c test/lib/stale_rounds.h include/vmtrack.h \
+		ucx-memtype/vmtrack_ucx.h include/vmtrack/version.h
 	@$(MKDIR_P) test/ucx
 	$(AM_V_CC)$(MPICC_MPICH) $(WARN_CFLAGS) $(CFLAGS) -I$(top_srcdir)/include \
 		-I$(top_builddir)/include -I$(top_srcdir)/ucx-memtype -o $@ $(srcdir)/test/ucx/mpich_stale.c
